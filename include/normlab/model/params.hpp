@@ -1,0 +1,97 @@
+#pragma once
+// Parameters of a model live in one flat buffer (and their gradients in a
+// second one of the same layout). Each named tensor is a ParamSpec: its
+// reference name, shape, offset, optimizer role and weight-constraint axis.
+// One buffer makes the optimizer, the global gradient norm and checkpoints
+// single loops, and keeps the master copy in exactly one place.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "normlab/core/error.hpp"
+#include "normlab/tensor/tensor.hpp"
+
+namespace normlab {
+
+// Optimizer parameter groups: each has its own lr multiplier, weight decay and ε.
+enum class ParamRole : int {
+  matrix = 0,  // 2-D weights (decayed in GPT, following PyTorch AdamW practice)
+  gain = 1,    // RMSNorm gains
+  alpha = 2,   // nGPT/anGPT learned residual steps α
+  scale = 3,   // s_qk, s_uv, s_z
+};
+inline constexpr int kParamRoles = 4;
+inline const char* role_name(ParamRole r) {
+  switch (r) {
+    case ParamRole::matrix: return "matrix";
+    case ParamRole::gain: return "gain";
+    case ParamRole::alpha: return "alpha";
+    case ParamRole::scale: return "scale";
+  }
+  return "?";
+}
+
+// Along which axis a matrix is normalized so that the embedding dimension d is
+// the one constrained: rows of W[out, d], columns of W[d, in].
+enum class NormAxis { none, rows, cols };
+
+struct ParamSpec {
+  std::string name;  // the reference implementation's name
+  Shape shape;
+  std::size_t offset = 0;
+  std::size_t numel = 0;
+  ParamRole role = ParamRole::matrix;
+  NormAxis axis = NormAxis::none;
+};
+
+template <class T>
+class ParamStore {
+ public:
+  // Returns the offset of the new tensor; call finalize() once all are added.
+  std::size_t add(std::string name, Shape shape, ParamRole role, NormAxis axis = NormAxis::none) {
+    ParamSpec s;
+    s.name = std::move(name);
+    s.shape = std::move(shape);
+    s.numel = static_cast<std::size_t>(numel_of(s.shape));
+    s.offset = total_;
+    s.role = role;
+    s.axis = axis;
+    total_ += s.numel;
+    specs_.push_back(std::move(s));
+    return specs_.back().offset;
+  }
+  void finalize() {
+    value_.assign(total_, T(0));
+    grad_.assign(total_, T(0));
+  }
+
+  const std::vector<ParamSpec>& specs() const { return specs_; }
+  const ParamSpec& spec(const std::string& name) const {
+    for (const auto& s : specs_)
+      if (s.name == name) return s;
+    throw Error("no parameter named '" + name + "' in this model");
+  }
+  bool has(const std::string& name) const {
+    for (const auto& s : specs_)
+      if (s.name == name) return true;
+    return false;
+  }
+  std::size_t size() const { return total_; }
+  T* value(std::size_t offset = 0) { return value_.data() + offset; }
+  const T* value(std::size_t offset = 0) const { return value_.data() + offset; }
+  T* grad(std::size_t offset = 0) { return grad_.data() + offset; }
+  const T* grad(std::size_t offset = 0) const { return grad_.data() + offset; }
+  std::vector<T>& values() { return value_; }
+  const std::vector<T>& values() const { return value_; }
+  std::vector<T>& grads() { return grad_; }
+  const std::vector<T>& grads() const { return grad_; }
+  void zero_grad() { std::fill(grad_.begin(), grad_.end(), T(0)); }
+
+ private:
+  std::vector<ParamSpec> specs_;
+  std::vector<T> value_, grad_;
+  std::size_t total_ = 0;
+};
+
+}  // namespace normlab

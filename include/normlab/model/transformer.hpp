@@ -1,0 +1,510 @@
+#pragma once
+// Decoder-only transformer, templated over the scalar type, a normalization
+// scheme and a residual rule:  Transformer<double, prenorm_rms, residual_add>
+// is the reference pre-norm GPT; Transformer<T, sphere, lerp_retract> is nGPT.
+//
+// Forward stores what backward needs in an arena laid out once for
+// (max_batch, max_seq); backward is written by hand, layer by layer.
+// Dims: B batch, T sequence, C = d, H heads, D = dk = C/H, F = 4C, V vocab, N = B*T.
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "normlab/backend/cpu/ops.hpp"
+#include "normlab/core/error.hpp"
+#include "normlab/model/params.hpp"
+#include "normlab/nn/constraint.hpp"
+#include "normlab/nn/policies.hpp"
+#include "normlab/nn/residual.hpp"
+#include "normlab/tensor/tensor.hpp"
+
+namespace normlab {
+
+struct ModelConfig {
+  std::int64_t vocab_size = 256;
+  std::int64_t n_embd = 64;
+  std::int64_t n_head = 4;
+  std::int64_t n_layer = 2;
+  // Std of the initial weights; also the re-parameterisation constant of the
+  // nGPT scales (stored value × init/base_scale). The reference uses 0.02 for
+  // GPT and 1/√d for nGPT; 0 means "the scheme's default".
+  double base_scale = 0;
+  double rmsnorm_eps = 1e-6;
+  double rope_base = 10000.0;
+  double alpha_init = 0.05;  // effective initial α of nGPT's residual steps
+  double sqk_init = 1.0;
+  double suv_init = 1.0;
+  double sz_init = 1.0;
+
+  std::int64_t head_dim() const { return n_embd / n_head; }
+  void validate() const {
+    auto bad = [](const std::string& m) { throw Error("model config: " + m); };
+    if (vocab_size <= 0) bad("vocab_size must be positive");
+    if (n_embd <= 0 || n_head <= 0 || n_layer <= 0) bad("n_embd, n_head and n_layer must be positive");
+    if (n_embd % n_head != 0)
+      bad("n_embd (" + std::to_string(n_embd) + ") must be divisible by n_head (" + std::to_string(n_head) + ")");
+    if (head_dim() % 2 != 0) bad("head dimension n_embd/n_head must be even for RoPE");
+  }
+};
+
+template <class T, NormScheme Scheme, ResidualRule Residual>
+class Transformer {
+  static_assert(check_block_policies<Scheme, Residual>());
+  static_assert(std::is_floating_point_v<T>, "normlab: the scalar type must be float or double");
+  using Res = ResidualOps<Residual, T>;
+
+ public:
+  using scalar_type = T;
+  using scheme = Scheme;
+  using residual = Residual;
+
+  Transformer(ModelConfig cfg, std::int64_t max_batch, std::int64_t max_seq)
+      : cfg_(resolve(cfg)), maxB_(max_batch), maxT_(max_seq) {
+    cfg_.validate();
+    if (max_batch <= 0 || max_seq <= 0) throw Error("Transformer: max_batch and max_seq must be positive");
+    declare_params();
+    Arena<T> counting;
+    layout(counting);
+    arena_ = Arena<T>(counting.used());
+    layout(arena_);
+    cpu::rope_table(rope_cos_.data(), rope_sin_.data(), maxT_, cfg_.head_dim(), cfg_.rope_base);
+  }
+
+  const ModelConfig& config() const { return cfg_; }
+  ParamStore<T>& params() { return params_; }
+  const ParamStore<T>& params() const { return params_; }
+  std::int64_t max_batch() const { return maxB_; }
+  std::int64_t max_seq() const { return maxT_; }
+  // "prenorm_rms+add" — stored in checkpoints so a mismatched load can name both.
+  static std::string variant_signature() {
+    return std::string(Scheme::name) + "+" + std::string(Residual::name);
+  }
+
+  // Fresh initialisation as the reference: N(0, bs) for linear and embedding
+  // weights, N(0, bs/√(2L)) for the two output projections, gains 1, and the
+  // nGPT scales stored so that stored × constant is their initial value.
+  void init(std::uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    const double bs = cfg_.base_scale;
+    for (const ParamSpec& s : params_.specs()) {
+      T* p = params_.value(s.offset);
+      const bool proj = s.name.find("c_proj") != std::string::npos;
+      switch (s.role) {
+        case ParamRole::matrix: fill_normal(p, s.numel, proj ? bs / std::sqrt(2.0 * cfg_.n_layer) : bs, rng); break;
+        case ParamRole::gain: std::fill_n(p, s.numel, T(1)); break;
+        case ParamRole::alpha: std::fill_n(p, s.numel, T(bs)); break;
+        case ParamRole::scale:
+          std::fill_n(p, s.numel, s.name.ends_with("suv") ? T(1) : T(bs));
+          break;
+      }
+    }
+    apply_constraint();
+  }
+
+  void apply_constraint() { apply_weight_constraint(params_, Scheme::weights); }
+
+  // Forward pass over idx (B,T). With targets, returns the mean cross-entropy
+  // and keeps everything backward() needs; without, returns 0 (logits only).
+  double forward(const std::int64_t* idx, const std::int64_t* targets, std::int64_t B, std::int64_t Tn) {
+    check_sizes(B, Tn);
+    for (std::int64_t i = 0; i < B * Tn; ++i)
+      if (idx[i] < 0 || idx[i] >= cfg_.vocab_size)
+        throw Error("Transformer::forward: token id " + std::to_string(idx[i]) + " at position " +
+                    std::to_string(i) + " is outside the vocabulary [0, " + std::to_string(cfg_.vocab_size) + ")");
+    B_ = B;
+    T_ = Tn;
+    idx_ = idx;
+    targets_ = targets;
+    const std::int64_t N = B * Tn, C = cfg_.n_embd, H = cfg_.n_head, D = cfg_.head_dim(), F = 4 * C,
+                       V = cfg_.vocab_size;
+    cpu::embedding_forward(acts_[0].h_in, idx, P(wte_), N, C);
+    for (std::int64_t l = 0; l < cfg_.n_layer; ++l) {
+      LayerActs& a = acts_[l];
+      const LayerOffsets& w = layers_[l];
+      T* h_out = (l + 1 < cfg_.n_layer) ? acts_[l + 1].h_in : h_final_;
+      // ---- attention
+      const T* x = a.h_in;
+      if constexpr (Scheme::rmsnorm_inputs) {
+        cpu::rmsnorm_forward(a.xa, a.rstd_a, a.h_in, P(w.ln_att), N, C, T(cfg_.rmsnorm_eps));
+        x = a.xa;
+      }
+      cpu::linear_forward(a.q, x, P(w.wq), N, C, C);
+      cpu::linear_forward(a.k, x, P(w.wk), N, C, C);
+      cpu::linear_forward(a.v, x, P(w.wv), N, C, C);
+      cpu::rope_apply(a.q, rope_cos_.data(), rope_sin_.data(), B, Tn, H, D, false);
+      cpu::rope_apply(a.k, rope_cos_.data(), rope_sin_.data(), B, Tn, H, D, false);
+      const T* qa = a.q;
+      const T* ka = a.k;
+      if constexpr (Scheme::sphere_qk) {
+        effective_sqk(w);
+        cpu::l2norm_rows_forward(a.qh, a.qn, a.q, N * H, D);
+        cpu::l2norm_rows_forward(a.kh, a.kn, a.k, N * H, D);
+        cpu::scale_columns(a.qs, a.qh, s_tmp_, N, C);
+        cpu::scale_columns(a.ks, a.kh, s_tmp_, N, C);
+        qa = a.qs;
+        ka = a.ks;
+      }
+      cpu::attention_forward(a.y, a.P, qa, ka, a.v, B, Tn, H, D, softmax_scale());
+      cpu::linear_forward(a.a, a.y, P(w.wo), N, C, C);
+      if constexpr (Residual::learned_alpha) effective_alpha(w.attn_alpha, alpha_tmp_);
+      Res::forward(a.res_att, a.h_mid, a.h_in, a.a, alpha_tmp_, N, C);
+      // ---- MLP
+      const T* xm = a.h_mid;
+      if constexpr (Scheme::rmsnorm_inputs) {
+        cpu::rmsnorm_forward(a.xm, a.rstd_m, a.h_mid, P(w.ln_mlp), N, C, T(cfg_.rmsnorm_eps));
+        xm = a.xm;
+      }
+      cpu::linear_forward(a.uv, xm, P(w.wfc), N, C, 2 * F);
+      const T* uvs = a.uv;
+      if constexpr (Scheme::scaled_uv) {
+        effective_suv(w);
+        cpu::scale_columns(a.uvs, a.uv, s_tmp_, N, 2 * F);
+        uvs = a.uvs;
+      }
+      cpu::swiglu_forward(a.act, uvs, N, F);
+      cpu::linear_forward(a.m, a.act, P(w.wproj), N, F, C);
+      if constexpr (Residual::learned_alpha) effective_alpha(w.mlp_alpha, alpha_tmp_);
+      Res::forward(a.res_mlp, h_out, a.h_mid, a.m, alpha_tmp_, N, C);
+    }
+    const T* hf = h_final_;
+    if constexpr (Scheme::rmsnorm_inputs) {
+      cpu::rmsnorm_forward(hf_norm_, rstd_f_, h_final_, P(ln_f_), N, C, T(cfg_.rmsnorm_eps));
+      hf = hf_norm_;
+    }
+    cpu::linear_forward(logits_raw_, hf, P(lm_head_), N, C, V);
+    if constexpr (Scheme::scaled_logits) {
+      effective_sz();
+      cpu::scale_columns(logits_, logits_raw_, sz_tmp_, N, V);
+    }
+    if (!targets) return 0.0;
+    for (std::int64_t i = 0; i < N; ++i)
+      if (targets[i] < 0 || targets[i] >= V)
+        throw Error("Transformer::forward: target id " + std::to_string(targets[i]) + " at position " +
+                    std::to_string(i) + " is outside the vocabulary");
+    return cpu::cross_entropy<T>(nullptr, logits(), targets, N, V);
+  }
+
+  // Gradients of the mean cross-entropy of the last forward(), written into
+  // params().grads() (which are zeroed first).
+  void backward() {
+    if (!targets_) throw Error("Transformer::backward: the last forward() had no targets");
+    params_.zero_grad();
+    const std::int64_t B = B_, Tn = T_, N = B * Tn, C = cfg_.n_embd, H = cfg_.n_head, D = cfg_.head_dim(),
+                       F = 4 * C, V = cfg_.vocab_size;
+    cpu::cross_entropy(d_logits_, logits(), targets_, N, V);
+    if constexpr (Scheme::scaled_logits) {
+      cpu::column_dot_accumulate(G(sz_), d_logits_, logits_raw_, N, V, T(cfg_.sz_init / cfg_.base_scale));
+      cpu::scale_columns(d_logits_, d_logits_, sz_tmp_, N, V);
+    }
+    const T* hf = Scheme::rmsnorm_inputs ? hf_norm_ : h_final_;
+    // dh: (N,C) gradient of the residual stream, updated in place going down.
+    if constexpr (Scheme::rmsnorm_inputs) {
+      cpu::linear_backward(d_x_, G(lm_head_), d_logits_, hf, P(lm_head_), N, C, V);
+      cpu::rmsnorm_backward(d_h_, G(ln_f_), d_x_, h_final_, P(ln_f_), rstd_f_, N, C);
+    } else {
+      cpu::linear_backward(d_h_, G(lm_head_), d_logits_, hf, P(lm_head_), N, C, V);
+    }
+    for (std::int64_t l = cfg_.n_layer - 1; l >= 0; --l) {
+      LayerActs& a = acts_[l];
+      const LayerOffsets& w = layers_[l];
+      const T* h_out = (l + 1 < cfg_.n_layer) ? acts_[l + 1].h_in : h_final_;
+      // ---- MLP residual
+      if constexpr (Residual::learned_alpha) {
+        effective_alpha(w.mlp_alpha, alpha_tmp_);
+        std::fill_n(d_alpha_, C, T(0));
+      }
+      Res::backward(d_h_, d_f_, d_alpha_, d_h_, a.res_mlp, h_out, alpha_tmp_, N, C);
+      if constexpr (Residual::learned_alpha) alpha_grad_to_stored(w.mlp_alpha);
+      cpu::linear_backward(d_act_, G(w.wproj), d_f_, a.act, P(w.wproj), N, F, C);
+      const T* uvs = Scheme::scaled_uv ? a.uvs : a.uv;
+      cpu::swiglu_backward(d_uv_, d_act_, uvs, N, F);
+      if constexpr (Scheme::scaled_uv) {
+        effective_suv(w);
+        cpu::column_dot_accumulate(G(w.suv), d_uv_, a.uv, N, 2 * F, T(cfg_.suv_init * std::sqrt(double(C))));
+        cpu::scale_columns(d_uv_, d_uv_, s_tmp_, N, 2 * F);
+      }
+      const T* xm = Scheme::rmsnorm_inputs ? a.xm : a.h_mid;
+      cpu::linear_backward(d_x_, G(w.wfc), d_uv_, xm, P(w.wfc), N, C, 2 * F);
+      if constexpr (Scheme::rmsnorm_inputs) {
+        cpu::rmsnorm_backward(d_f_, G(w.ln_mlp), d_x_, a.h_mid, P(w.ln_mlp), a.rstd_m, N, C);
+        add_into(d_h_, d_f_, N * C);
+      } else {
+        add_into(d_h_, d_x_, N * C);
+      }
+      // ---- attention residual
+      if constexpr (Residual::learned_alpha) {
+        effective_alpha(w.attn_alpha, alpha_tmp_);
+        std::fill_n(d_alpha_, C, T(0));
+      }
+      Res::backward(d_h_, d_f_, d_alpha_, d_h_, a.res_att, a.h_mid, alpha_tmp_, N, C);
+      if constexpr (Residual::learned_alpha) alpha_grad_to_stored(w.attn_alpha);
+      cpu::linear_backward(d_y_, G(w.wo), d_f_, a.y, P(w.wo), N, C, C);
+      const T* qa = Scheme::sphere_qk ? a.qs : a.q;
+      const T* ka = Scheme::sphere_qk ? a.ks : a.k;
+      cpu::attention_backward(d_q_, d_k_, d_v_, d_scores_, d_y_, a.P, qa, ka, a.v, B, Tn, H, D, softmax_scale());
+      if constexpr (Scheme::sphere_qk) {
+        effective_sqk(w);
+        const T inv_bs = T(cfg_.sqk_init / cfg_.base_scale);
+        cpu::column_dot_accumulate(G(w.sqk), d_q_, a.qh, N, C, inv_bs);
+        cpu::column_dot_accumulate(G(w.sqk), d_k_, a.kh, N, C, inv_bs);
+        cpu::scale_columns(d_q_, d_q_, s_tmp_, N, C);
+        cpu::scale_columns(d_k_, d_k_, s_tmp_, N, C);
+        cpu::l2norm_rows_backward(d_q_, d_q_, a.qh, a.qn, N * H, D);
+        cpu::l2norm_rows_backward(d_k_, d_k_, a.kh, a.kn, N * H, D);
+      }
+      cpu::rope_apply(d_q_, rope_cos_.data(), rope_sin_.data(), B, Tn, H, D, true);
+      cpu::rope_apply(d_k_, rope_cos_.data(), rope_sin_.data(), B, Tn, H, D, true);
+      const T* x = Scheme::rmsnorm_inputs ? a.xa : a.h_in;
+      cpu::linear_backward(d_x_, G(w.wq), d_q_, x, P(w.wq), N, C, C);
+      cpu::linear_backward(d_f_, G(w.wk), d_k_, x, P(w.wk), N, C, C);
+      add_into(d_x_, d_f_, N * C);
+      cpu::linear_backward(d_f_, G(w.wv), d_v_, x, P(w.wv), N, C, C);
+      add_into(d_x_, d_f_, N * C);
+      if constexpr (Scheme::rmsnorm_inputs) {
+        cpu::rmsnorm_backward(d_f_, G(w.ln_att), d_x_, a.h_in, P(w.ln_att), a.rstd_a, N, C);
+        add_into(d_h_, d_f_, N * C);
+      } else {
+        add_into(d_h_, d_x_, N * C);
+      }
+    }
+    cpu::embedding_backward(G(wte_), idx_, d_h_, N, C);
+  }
+
+  // (B,T,V) logits of the last forward (after s_z where the scheme has it).
+  const T* logits() const { return Scheme::scaled_logits ? logits_ : logits_raw_; }
+  // Residual stream after layer l (l = n_layer-1 is the last block's output).
+  const T* block_output(std::int64_t l) const {
+    return (l + 1 < cfg_.n_layer) ? acts_[l + 1].h_in : h_final_;
+  }
+  std::int64_t last_batch() const { return B_; }
+  std::int64_t last_seq() const { return T_; }
+
+ private:
+  struct LayerOffsets {
+    std::size_t wq = 0, wk = 0, wv = 0, wo = 0, wfc = 0, wproj = 0;
+    std::size_t ln_att = 0, ln_mlp = 0;                    // prenorm_rms
+    std::size_t attn_alpha = 0, mlp_alpha = 0;             // learned α
+    std::size_t sqk = 0, suv = 0;                          // sphere
+  };
+  struct LayerActs {
+    T* h_in = nullptr;   // (N,C) residual stream entering the layer
+    T* xa = nullptr;     // (N,C) RMSNorm(h_in)
+    T* rstd_a = nullptr; // (N)
+    T* q = nullptr;      // (N,C) after RoPE
+    T* k = nullptr;      // (N,C) after RoPE
+    T* v = nullptr;      // (N,C)
+    T* qh = nullptr;     // (N,C) per-head unit q (sphere)
+    T* kh = nullptr;     // (N,C)
+    T* qn = nullptr;     // (N,H) per-head ‖q‖
+    T* kn = nullptr;     // (N,H)
+    T* qs = nullptr;     // (N,C) s_qk ⊙ qh
+    T* ks = nullptr;     // (N,C)
+    T* P = nullptr;      // (B,H,T,T) attention probabilities
+    T* y = nullptr;      // (N,C) heads concatenated
+    T* a = nullptr;      // (N,C) attention output
+    typename Res::Cache res_att;
+    T* h_mid = nullptr;  // (N,C) after the attention residual
+    T* xm = nullptr;     // (N,C) RMSNorm(h_mid)
+    T* rstd_m = nullptr; // (N)
+    T* uv = nullptr;     // (N,2F) x W_fcᵀ
+    T* uvs = nullptr;    // (N,2F) uv ⊙ s_uv√d (sphere)
+    T* act = nullptr;    // (N,F) u ⊙ silu(g)
+    T* m = nullptr;      // (N,C) MLP output
+    typename Res::Cache res_mlp;
+  };
+
+  static ModelConfig resolve(ModelConfig c) {
+    if (c.base_scale == 0) c.base_scale = Scheme::hidden_on_sphere ? 1.0 / std::sqrt(double(c.n_embd)) : 0.02;
+    return c;
+  }
+
+  void declare_params() {
+    const std::int64_t C = cfg_.n_embd, V = cfg_.vocab_size, F = 4 * C;
+    const NormAxis rows = NormAxis::rows, cols = NormAxis::cols;
+    wte_ = params_.add("transformer.wte.weight", {V, C}, ParamRole::matrix, rows);
+    layers_.resize(static_cast<std::size_t>(cfg_.n_layer));
+    for (std::int64_t l = 0; l < cfg_.n_layer; ++l) {
+      const std::string p = "transformer.h." + std::to_string(l) + ".";
+      LayerOffsets& w = layers_[l];
+      w.wq = params_.add(p + "query.weight", {C, C}, ParamRole::matrix, rows);
+      w.wk = params_.add(p + "key.weight", {C, C}, ParamRole::matrix, rows);
+      w.wv = params_.add(p + "value.weight", {C, C}, ParamRole::matrix, rows);
+      w.wo = params_.add(p + "att_c_proj.weight", {C, C}, ParamRole::matrix, cols);
+      w.wfc = params_.add(p + "c_fc.weight", {2 * F, C}, ParamRole::matrix, rows);
+      w.wproj = params_.add(p + "mlp_c_proj.weight", {C, F}, ParamRole::matrix, cols);
+      if constexpr (Scheme::rmsnorm_inputs) {
+        w.ln_att = params_.add(p + "rmsnorm_att.weight", {C}, ParamRole::gain);
+        w.ln_mlp = params_.add(p + "rmsnorm_mlp.weight", {C}, ParamRole::gain);
+      }
+      if constexpr (Residual::learned_alpha) {
+        w.attn_alpha = params_.add(p + "attn_alpha", {C}, ParamRole::alpha);
+        w.mlp_alpha = params_.add(p + "mlp_alpha", {C}, ParamRole::alpha);
+      }
+      if constexpr (Scheme::sphere_qk) w.sqk = params_.add(p + "sqk", {C}, ParamRole::scale);
+      if constexpr (Scheme::scaled_uv) w.suv = params_.add(p + "suv", {2 * F}, ParamRole::scale);
+    }
+    if constexpr (Scheme::rmsnorm_inputs) ln_f_ = params_.add("rmsnorm_f.weight", {C}, ParamRole::gain);
+    lm_head_ = params_.add("lm_head.weight", {V, C}, ParamRole::matrix, rows);
+    if constexpr (Scheme::scaled_logits) sz_ = params_.add("sz", {V}, ParamRole::scale);
+    params_.finalize();
+  }
+
+  // Every buffer of a step, from one arena; called twice (count, then bind).
+  void layout(Arena<T>& ar) {
+    const std::int64_t N = maxB_ * maxT_, C = cfg_.n_embd, H = cfg_.n_head, F = 4 * C, V = cfg_.vocab_size;
+    const std::int64_t PT = maxB_ * H * maxT_ * maxT_;
+    acts_.assign(static_cast<std::size_t>(cfg_.n_layer), LayerActs{});
+    for (LayerActs& a : acts_) {
+      a.h_in = ar.take(N * C);
+      if constexpr (Scheme::rmsnorm_inputs) {
+        a.xa = ar.take(N * C);
+        a.rstd_a = ar.take(N);
+        a.xm = ar.take(N * C);
+        a.rstd_m = ar.take(N);
+      }
+      a.q = ar.take(N * C);
+      a.k = ar.take(N * C);
+      a.v = ar.take(N * C);
+      if constexpr (Scheme::sphere_qk) {
+        a.qh = ar.take(N * C);
+        a.kh = ar.take(N * C);
+        a.qn = ar.take(N * H);
+        a.kn = ar.take(N * H);
+        a.qs = ar.take(N * C);
+        a.ks = ar.take(N * C);
+      }
+      a.P = ar.take(PT);
+      a.y = ar.take(N * C);
+      a.a = ar.take(N * C);
+      a.res_att.bind(ar, N, C);
+      a.h_mid = ar.take(N * C);
+      a.uv = ar.take(N * 2 * F);
+      if constexpr (Scheme::scaled_uv) a.uvs = ar.take(N * 2 * F);
+      a.act = ar.take(N * F);
+      a.m = ar.take(N * C);
+      a.res_mlp.bind(ar, N, C);
+    }
+    h_final_ = ar.take(N * C);
+    if constexpr (Scheme::rmsnorm_inputs) {
+      hf_norm_ = ar.take(N * C);
+      rstd_f_ = ar.take(N);
+    }
+    logits_raw_ = ar.take(N * V);
+    if constexpr (Scheme::scaled_logits) logits_ = ar.take(N * V);
+    d_logits_ = ar.take(N * V);
+    d_h_ = ar.take(N * C);
+    d_x_ = ar.take(N * C);
+    d_f_ = ar.take(N * C);
+    d_y_ = ar.take(N * C);
+    d_q_ = ar.take(N * C);
+    d_k_ = ar.take(N * C);
+    d_v_ = ar.take(N * C);
+    d_scores_ = ar.take(PT);
+    d_act_ = ar.take(N * F);
+    d_uv_ = ar.take(N * 2 * F);
+    alpha_tmp_ = ar.take(C);
+    d_alpha_ = ar.take(C);
+    s_tmp_ = ar.take(2 * F);
+    sz_tmp_ = ar.take(V);
+    rope_cos_.assign(static_cast<std::size_t>(maxT_ * cfg_.head_dim() / 2), T(0));
+    rope_sin_.assign(rope_cos_.size(), T(0));
+  }
+
+  void check_sizes(std::int64_t B, std::int64_t Tn) const {
+    if (B <= 0 || B > maxB_ || Tn <= 0 || Tn > maxT_)
+      throw Error("Transformer: batch " + std::to_string(B) + " x seq " + std::to_string(Tn) +
+                  " exceeds the sizes the model was built for (" + std::to_string(maxB_) + " x " +
+                  std::to_string(maxT_) + ")");
+  }
+
+  T softmax_scale() const {
+    const double D = double(cfg_.head_dim());
+    return T(Scheme::sqrt_dk_softmax ? std::sqrt(D) : 1.0 / std::sqrt(D));
+  }
+
+  // ---- the reference's re-parameterisation: effective = stored × init/base_scale
+  void effective_alpha(std::size_t off, T* out) const {
+    const double k = cfg_.alpha_init / cfg_.base_scale;
+    const T* p = P(off);
+    for (std::int64_t c = 0; c < cfg_.n_embd; ++c) out[c] = T(std::abs(double(p[c]) * k));
+  }
+  // d|p k|/dp = sign(p k)·k (0 at 0, as torch.abs).
+  void alpha_grad_to_stored(std::size_t off) {
+    const double k = cfg_.alpha_init / cfg_.base_scale;
+    const T* p = P(off);
+    T* g = G(off);
+    for (std::int64_t c = 0; c < cfg_.n_embd; ++c) {
+      const double x = double(p[c]) * k;
+      const double sgn = x > 0 ? 1.0 : (x < 0 ? -1.0 : 0.0);
+      g[c] += T(double(d_alpha_[c]) * sgn * k);
+    }
+  }
+  void effective_sqk(const LayerOffsets& w) const {
+    const T* p = P(w.sqk);
+    for (std::int64_t c = 0; c < cfg_.n_embd; ++c) s_tmp_[c] = T(double(p[c]) * (cfg_.sqk_init / cfg_.base_scale));
+  }
+  void effective_suv(const LayerOffsets& w) const {
+    const T* p = P(w.suv);
+    const double k = cfg_.suv_init * std::sqrt(double(cfg_.n_embd));
+    for (std::int64_t c = 0; c < 8 * cfg_.n_embd; ++c) s_tmp_[c] = T(double(p[c]) * k);
+  }
+  void effective_sz() const {
+    const T* p = P(sz_);
+    for (std::int64_t c = 0; c < cfg_.vocab_size; ++c) sz_tmp_[c] = T(double(p[c]) * (cfg_.sz_init / cfg_.base_scale));
+  }
+
+  static void add_into(T* dst, const T* src, std::int64_t n) {
+#pragma omp parallel for
+    for (std::int64_t i = 0; i < n; ++i) dst[i] += src[i];
+  }
+  // Box–Muller on mt19937_64: the same numbers on every platform (std::normal_distribution is not specified).
+  static void fill_normal(T* p, std::size_t n, double stddev, std::mt19937_64& rng) {
+    constexpr double two_pi = 6.283185307179586476925286766559;
+    auto uniform = [&] { return (double(rng() >> 11) + 0.5) * (1.0 / 9007199254740992.0); };
+    for (std::size_t i = 0; i < n; i += 2) {
+      const double r = std::sqrt(-2.0 * std::log(uniform())), th = two_pi * uniform();
+      p[i] = T(stddev * r * std::cos(th));
+      if (i + 1 < n) p[i + 1] = T(stddev * r * std::sin(th));
+    }
+  }
+
+  T* P(std::size_t off) { return params_.value(off); }
+  const T* P(std::size_t off) const { return params_.value(off); }
+  T* G(std::size_t off) { return params_.grad(off); }
+
+  ModelConfig cfg_;
+  std::int64_t maxB_, maxT_;
+  ParamStore<T> params_;
+  std::size_t wte_ = 0, lm_head_ = 0, ln_f_ = 0, sz_ = 0;
+  std::vector<LayerOffsets> layers_;
+  Arena<T> arena_;
+  std::vector<LayerActs> acts_;
+  std::vector<T> rope_cos_, rope_sin_;  // (maxT, D/2)
+  T* h_final_ = nullptr;    // (N,C) residual stream after the last block
+  T* hf_norm_ = nullptr;    // (N,C) final RMSNorm
+  T* rstd_f_ = nullptr;     // (N)
+  T* logits_raw_ = nullptr; // (N,V) h lm_headᵀ
+  T* logits_ = nullptr;     // (N,V) ⊙ s_z (sphere)
+  T* d_logits_ = nullptr;   // (N,V)
+  T *d_h_ = nullptr, *d_x_ = nullptr, *d_f_ = nullptr, *d_y_ = nullptr;  // (N,C)
+  T *d_q_ = nullptr, *d_k_ = nullptr, *d_v_ = nullptr;                   // (N,C)
+  T* d_scores_ = nullptr;   // (B,H,T,T)
+  T* d_act_ = nullptr;      // (N,F)
+  T* d_uv_ = nullptr;       // (N,2F)
+  T* alpha_tmp_ = nullptr;  // (C) effective α of the current sub-layer
+  T* d_alpha_ = nullptr;    // (C)
+  T* s_tmp_ = nullptr;      // (2F) effective s_qk or s_uv
+  T* sz_tmp_ = nullptr;     // (V) effective s_z
+  std::int64_t B_ = 0, T_ = 0;
+  const std::int64_t* idx_ = nullptr;
+  const std::int64_t* targets_ = nullptr;
+};
+
+template <class T>
+using GPT = Transformer<T, prenorm_rms, residual_add>;
+template <class T>
+using NGPT = Transformer<T, sphere, lerp_retract>;
+
+}  // namespace normlab

@@ -1,0 +1,72 @@
+#pragma once
+// Weight-constraint policy, applied to the master parameters (the copy the
+// optimizer updates) at initialisation and after every optimizer step.
+// Applying it to a compute copy only would silently train a different method.
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "normlab/model/params.hpp"
+#include "normlab/nn/policies.hpp"
+
+namespace normlab {
+
+namespace detail {
+template <class T>
+T constrained_factor(T norm, WeightConstraint mode) {
+  if (mode == WeightConstraint::unit_norm) return T(1) / norm;
+  return norm > T(1) ? T(1) / norm : T(1);  // bounded: only shrink
+}
+}  // namespace detail
+
+template <class T>
+void apply_weight_constraint(ParamStore<T>& store, WeightConstraint mode) {
+  if (mode == WeightConstraint::none) return;
+  for (const ParamSpec& s : store.specs()) {
+    if (s.axis == NormAxis::none) continue;
+    T* W = store.value(s.offset);
+    const std::int64_t R = s.shape.at(0), Cn = s.shape.at(1);
+    if (s.axis == NormAxis::rows) {
+#pragma omp parallel for
+      for (std::int64_t i = 0; i < R; ++i) {
+        T ss = 0;
+        for (std::int64_t j = 0; j < Cn; ++j) ss += W[i * Cn + j] * W[i * Cn + j];
+        const T f = detail::constrained_factor(std::sqrt(ss), mode);
+        for (std::int64_t j = 0; j < Cn; ++j) W[i * Cn + j] *= f;
+      }
+    } else {
+#pragma omp parallel for
+      for (std::int64_t j = 0; j < Cn; ++j) {
+        T ss = 0;
+        for (std::int64_t i = 0; i < R; ++i) ss += W[i * Cn + j] * W[i * Cn + j];
+        const T f = detail::constrained_factor(std::sqrt(ss), mode);
+        for (std::int64_t i = 0; i < R; ++i) W[i * Cn + j] *= f;
+      }
+    }
+  }
+}
+
+// Largest |‖row or column‖ − 1| over every constrained tensor: the invariant
+// the tests check after each step.
+template <class T>
+double max_constraint_violation(const ParamStore<T>& store) {
+  double worst = 0;
+  for (const ParamSpec& s : store.specs()) {
+    if (s.axis == NormAxis::none) continue;
+    const T* W = store.value(s.offset);
+    const std::int64_t R = s.shape.at(0), Cn = s.shape.at(1);
+    const bool rows = s.axis == NormAxis::rows;
+    const std::int64_t outer = rows ? R : Cn, inner = rows ? Cn : R;
+    for (std::int64_t a = 0; a < outer; ++a) {
+      double ss = 0;
+      for (std::int64_t b = 0; b < inner; ++b) {
+        const double w = rows ? W[a * Cn + b] : W[b * Cn + a];
+        ss += w * w;
+      }
+      worst = std::max(worst, std::abs(std::sqrt(ss) - 1.0));
+    }
+  }
+  return worst;
+}
+
+}  // namespace normlab

@@ -1,0 +1,109 @@
+#pragma once
+// AdamW with PyTorch semantics, per-role parameter groups, global-norm clipping.
+//
+// Step t = 1, 2, …, for each parameter p of a group with (lr·mult, wd, ε):
+//   p ← p·(1 − lr·wd)                      (decoupled decay, skipped when wd = 0)
+//   m ← β₁m + (1−β₁)g ;  v ← β₂v + (1−β₂)g²
+//   p ← p − (lr/(1−β₁ᵗ)) · m / (√v/√(1−β₂ᵗ) + ε)
+// exactly the order of torch.optim.AdamW (foreach=False), so float64 runs agree to rounding.
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "normlab/core/error.hpp"
+#include "normlab/model/params.hpp"
+
+namespace normlab {
+
+struct GroupSettings {
+  double lr_mult = 1.0;
+  double weight_decay = 0.0;
+  double eps = 1e-8;
+};
+
+struct AdamWConfig {
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.0;  // applied to the matrix group only (2-D tensors), as PyTorch practice
+};
+
+template <class T>
+class AdamW {
+ public:
+  AdamW(const ParamStore<T>& store, AdamWConfig cfg) : cfg_(cfg), m_(store.size(), T(0)), v_(store.size(), T(0)) {
+    for (auto& g : groups_) g.eps = cfg.eps;
+    group(ParamRole::matrix).weight_decay = cfg.weight_decay;
+  }
+
+  GroupSettings& group(ParamRole r) { return groups_[static_cast<int>(r)]; }
+  const GroupSettings& group(ParamRole r) const { return groups_[static_cast<int>(r)]; }
+  std::int64_t steps_taken() const { return t_; }
+  std::vector<T>& exp_avg() { return m_; }
+  std::vector<T>& exp_avg_sq() { return v_; }
+  const std::vector<T>& exp_avg() const { return m_; }
+  const std::vector<T>& exp_avg_sq() const { return v_; }
+  void set_steps_taken(std::int64_t t) { t_ = t; }
+
+  // One update of every parameter in `store` with the gradients it holds.
+  void step(ParamStore<T>& store, double lr) {
+    if (store.size() != m_.size())
+      throw Error("AdamW::step: parameter store has " + std::to_string(store.size()) +
+                  " values but the optimizer state was built for " + std::to_string(m_.size()));
+    ++t_;
+    const double bc1 = 1.0 - std::pow(cfg_.beta1, double(t_));
+    const double bc2 = 1.0 - std::pow(cfg_.beta2, double(t_));
+    const T b1 = T(cfg_.beta1), b2 = T(cfg_.beta2);
+    const T sqrt_bc2 = T(std::sqrt(bc2));
+    for (const ParamSpec& s : store.specs()) {
+      const GroupSettings& g = group(s.role);
+      const double glr = lr * g.lr_mult;
+      const T decay = T(1.0 - glr * g.weight_decay);
+      const T step_size = T(glr / bc1);
+      const T eps = T(g.eps);
+      const bool decayed = g.weight_decay != 0.0;
+      T* p = store.value(s.offset);
+      const T* gr = store.grad(s.offset);
+      T* m = m_.data() + s.offset;
+      T* v = v_.data() + s.offset;
+      const std::int64_t n = static_cast<std::int64_t>(s.numel);
+#pragma omp parallel for if (n > 4096)
+      for (std::int64_t i = 0; i < n; ++i) {
+        if (decayed) p[i] *= decay;
+        m[i] = b1 * m[i] + (T(1) - b1) * gr[i];
+        v[i] = b2 * v[i] + (T(1) - b2) * gr[i] * gr[i];
+        p[i] -= step_size * (m[i] / (std::sqrt(v[i]) / sqrt_bc2 + eps));
+      }
+    }
+  }
+
+ private:
+  AdamWConfig cfg_;
+  std::array<GroupSettings, kParamRoles> groups_{};
+  std::vector<T> m_, v_;
+  std::int64_t t_ = 0;
+};
+
+// Global L2 norm of every gradient (accumulated in double).
+template <class T>
+double global_grad_norm(const ParamStore<T>& store) {
+  double ss = 0;
+  for (T g : store.grads()) ss += double(g) * double(g);
+  return std::sqrt(ss);
+}
+
+// PyTorch clip_grad_norm_: scale by min(1, max_norm/(norm + 1e-6)). Returns the
+// norm before clipping. max_norm <= 0 disables clipping.
+template <class T>
+double clip_grad_norm(ParamStore<T>& store, double max_norm) {
+  const double norm = global_grad_norm(store);
+  if (max_norm > 0) {
+    const double coef = std::min(1.0, max_norm / (norm + 1e-6));
+    if (coef < 1.0)
+      for (T& g : store.grads()) g *= T(coef);
+  }
+  return norm;
+}
+
+}  // namespace normlab

@@ -1,0 +1,94 @@
+#pragma once
+// Tensor core: an owning row-major tensor, a non-owning view, and an arena that
+// hands out every activation buffer of a model from one allocation sized once.
+//
+// Shapes are int64 (as in safetensors); data is always contiguous row-major.
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <numeric>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "normlab/core/error.hpp"
+
+namespace normlab {
+
+using Shape = std::vector<std::int64_t>;
+
+inline std::int64_t numel_of(const Shape& s) {
+  return std::accumulate(s.begin(), s.end(), std::int64_t{1}, std::multiplies<>{});
+}
+
+// Non-owning view over a contiguous buffer. Cheap to copy; never frees.
+template <class T>
+struct TensorView {
+  T* data = nullptr;
+  Shape shape;
+
+  std::int64_t numel() const { return numel_of(shape); }
+  std::int64_t dim(std::size_t i) const { return shape.at(i); }
+  std::span<T> span() const { return {data, static_cast<std::size_t>(numel())}; }
+  T& operator[](std::int64_t i) const { return data[i]; }
+};
+
+// Owning tensor. Used outside the hot path (I/O, tests, tools); the model itself
+// keeps parameters in one flat buffer and activations in an Arena.
+template <class T>
+class Tensor {
+ public:
+  Tensor() = default;
+  explicit Tensor(Shape shape, T fill = T{})
+      : shape_(std::move(shape)), data_(static_cast<std::size_t>(numel_of(shape_)), fill) {}
+
+  const Shape& shape() const { return shape_; }
+  std::int64_t numel() const { return static_cast<std::int64_t>(data_.size()); }
+  T* data() { return data_.data(); }
+  const T* data() const { return data_.data(); }
+  T& operator[](std::int64_t i) { return data_[static_cast<std::size_t>(i)]; }
+  const T& operator[](std::int64_t i) const { return data_[static_cast<std::size_t>(i)]; }
+  TensorView<T> view() { return {data_.data(), shape_}; }
+  TensorView<const T> view() const { return {data_.data(), shape_}; }
+  std::vector<T>& storage() { return data_; }
+  const std::vector<T>& storage() const { return data_; }
+
+ private:
+  Shape shape_;
+  std::vector<T> data_;
+};
+
+// Bump allocator over one buffer. A model lays out its buffers twice with the
+// same code: once with a counting arena (no memory) to learn the total, then
+// for real. After that, nothing in a training step allocates.
+template <class T>
+class Arena {
+ public:
+  // Counting mode: take() returns nullptr and only adds up sizes.
+  Arena() = default;
+  explicit Arena(std::size_t capacity) : buf_(capacity), counting_(false) {}
+
+  T* take(std::size_t n) {
+    const std::size_t at = used_;
+    used_ += round_up(n);
+    if (counting_) return nullptr;
+    if (used_ > buf_.size())
+      throw Error("normlab::Arena: layout asked for more than it was sized for (internal error)");
+    return buf_.data() + at;
+  }
+  std::size_t used() const { return used_; }
+  bool counting() const { return counting_; }
+
+ private:
+  // 64-byte alignment of every buffer keeps SIMD loads aligned and avoids
+  // false sharing between buffers written by different threads.
+  static std::size_t round_up(std::size_t n) {
+    constexpr std::size_t k = 64 / sizeof(T) > 0 ? 64 / sizeof(T) : 1;
+    return (n + k - 1) / k * k;
+  }
+  std::vector<T> buf_;
+  std::size_t used_ = 0;
+  bool counting_ = true;
+};
+
+}  // namespace normlab

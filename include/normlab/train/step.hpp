@@ -1,0 +1,28 @@
+#pragma once
+// One optimizer step of a model: forward, backward, clip, AdamW, constraint.
+// The constraint is applied to the optimizer's own parameters (the master
+// copy) right after the update, so the next step starts from the sphere.
+#include <cstdint>
+
+#include "normlab/optim/adamw.hpp"
+
+namespace normlab {
+
+struct StepResult {
+  double loss = 0;
+  double grad_norm = 0;  // before clipping
+};
+
+template <class Model, class T = typename Model::scalar_type>
+StepResult train_step(Model& model, AdamW<T>& opt, const std::int64_t* idx, const std::int64_t* targets,
+                      std::int64_t B, std::int64_t Tn, double lr, double grad_clip) {
+  StepResult r;
+  r.loss = model.forward(idx, targets, B, Tn);
+  model.backward();
+  r.grad_norm = clip_grad_norm(model.params(), grad_clip);
+  opt.step(model.params(), lr);
+  model.apply_constraint();
+  return r;
+}
+
+}  // namespace normlab

@@ -1,0 +1,10 @@
+# Runs EXE FILE and checks its exit code is EXPECT_RC and its output contains EXPECT_TEXT.
+execute_process(COMMAND ${EXE} ${FILE} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+message(STATUS "exit ${rc}\n${out}${err}")
+if(NOT rc EQUAL EXPECT_RC)
+  message(FATAL_ERROR "expected exit code ${EXPECT_RC}, got ${rc}")
+endif()
+string(FIND "${out}${err}" "${EXPECT_TEXT}" pos)
+if(pos EQUAL -1)
+  message(FATAL_ERROR "expected the output to mention '${EXPECT_TEXT}'")
+endif()
