@@ -5,6 +5,8 @@
 
 #include "gradcheck.hpp"
 #include "normlab/normlab.hpp"
+#include "normlab/train/gradcheck.hpp"
+#include "normlab/train/variants.hpp"
 
 using namespace normlab;
 using normlab::test::dot;
@@ -184,10 +186,18 @@ TEST_CASE("gradcheck: cross-entropy and scaled logits", "[grad]") {
   CHECK(rel_err(dsz, numeric_grad(sz, loss)) < kGradTol);
 }
 
+// f_from_h: 0 = independent random f; otherwise f = f_from_h·h + noise·N(0,1)
+// (θ ≈ noise near 0 for +1, θ ≈ π − noise for −1) to reach SLERP's series
+// branch (θ < 1e-3) and the far side (below the π − 1e-4 clamp).
 template <class Rule>
-static void check_residual(bool alpha_mixed_sign) {
+static void check_residual(bool alpha_mixed_sign, double f_from_h = 0.0, double noise_scale = 0.0,
+                           double alpha_step = 1e-6) {
   using Ops = ResidualOps<Rule, double>;
   Vec h = random_vector(N * C, 27), f = random_vector(N * C, 28), alpha = random_vector(C, 29, 0.3);
+  if (f_from_h != 0.0) {
+    const Vec noise = random_vector(N * C, 31, noise_scale);
+    for (std::size_t i = 0; i < f.size(); ++i) f[i] = f_from_h * h[i] + noise[i];
+  }
   if (!alpha_mixed_sign)
     for (double& a : alpha) a = std::abs(a);
   Vec w = random_vector(N * C, 30), out(N * C);
@@ -202,10 +212,11 @@ static void check_residual(bool alpha_mixed_sign) {
   };
   loss();
   Vec dh(N * C), df(N * C), da(C, 0.0);
-  Ops::backward(dh.data(), df.data(), da.data(), w.data(), cache, out.data(), alpha.data(), N, C);
+  Ops::backward(dh.data(), df.data(), da.data(), w.data(), cache, out.data(), h.data(), f.data(), alpha.data(), N,
+                C);
   CHECK(rel_err(dh, numeric_grad(h, loss)) < kGradTol);
   CHECK(rel_err(df, numeric_grad(f, loss)) < kGradTol);
-  if constexpr (Rule::learned_alpha) CHECK(rel_err(da, numeric_grad(alpha, loss)) < kGradTol);
+  if constexpr (Rule::learned_alpha) CHECK(rel_err(da, numeric_grad(alpha, loss, alpha_step)) < kGradTol);
   if constexpr (Rule::retracts) {
     loss();
     for (std::int64_t i = 0; i < N; ++i) {
@@ -217,52 +228,93 @@ static void check_residual(bool alpha_mixed_sign) {
 }
 
 TEST_CASE("gradcheck: residual add", "[grad]") { check_residual<residual_add>(false); }
+TEST_CASE("gradcheck: LERP (no retraction)", "[grad]") { check_residual<lerp>(true); }
+TEST_CASE("gradcheck: LERP with nu(alpha) (anGPT)", "[grad]") { check_residual<lerp_nu>(false); }
 TEST_CASE("gradcheck: LERP-retract", "[grad]") { check_residual<lerp_retract>(true); }
+TEST_CASE("gradcheck: SLERP, generic angles", "[grad]") { check_residual<slerp>(false); }
+// θ ≈ 4e-4: inside the series branch. The α-gradient is ∝ θ (≈1e-3), so the
+// default step's rounding floor (≈4e-9 absolute on a loss of ≈18) would be
+// ~4e-6 relative; for α a step of 1e-4 brings rounding to 4e-11 while the
+// truncation error (∝ step² × the small third derivative) stays below 1e-8.
+TEST_CASE("gradcheck: SLERP, theta near 0 (series branch)", "[grad]") {
+  check_residual<slerp>(false, 1.0, 4e-4, 1e-4);
+}
+TEST_CASE("gradcheck: SLERP, theta near pi", "[grad]") { check_residual<slerp>(false, -1.0, 1e-2); }
 
-// Whole-model check: d loss / d every parameter, through every layer and the
-// reference re-parameterisation of the scales (so |α|, s_qk, s_uv, s_z included).
-// base_scale: GPT's reference init (std 0.02) makes the q/k gradients ~1e-5 of
-// the loss, where the finite difference's rounding (≈1e-10 absolute) alone is
-// 1e-5 relative; a larger init exercises the same code with O(1) gradients.
-template <class Model>
-static void check_model_gradients(std::uint64_t seed, double base_scale) {
-  ModelConfig mc;
-  mc.base_scale = base_scale;
-  mc.vocab_size = 11;
-  mc.n_embd = 16;
-  mc.n_head = 2;
-  mc.n_layer = 2;
-  const std::int64_t b = 2, t = 5;
-  Model model(mc, b, t);
-  model.init(seed);
-  // Move the scales off their initial values so every term of their gradients is non-trivial.
-  auto& store = model.params();
-  std::mt19937_64 rng(seed + 1);
-  std::uniform_real_distribution<double> u(0.7, 1.3);
-  for (const ParamSpec& s : store.specs())
-    if (s.role != ParamRole::matrix)
-      for (std::size_t i = 0; i < s.numel; ++i) store.value(s.offset)[i] *= u(rng);
-  std::vector<std::int64_t> idx(b * t), tgt(b * t);
-  for (std::int64_t i = 0; i < b * t; ++i) {
-    idx[i] = (i * 3 + 1) % mc.vocab_size;
-    tgt[i] = (i * 7 + 2) % mc.vocab_size;
+namespace {
+// One SLERP forward with a scalar step a on random rows; returns out and ‖z‖ per row.
+struct SlerpRun {
+  Vec h, f, out, nz;
+};
+SlerpRun run_slerp(double a, std::uint64_t seed, double f_from_h = 0.0) {
+  using Ops = ResidualOps<slerp, double>;
+  SlerpRun r{random_vector(N * C, seed), random_vector(N * C, seed + 1), Vec(N * C), Vec(N)};
+  if (f_from_h != 0.0) {
+    const Vec noise = random_vector(N * C, seed + 2, 1e-12);
+    for (std::size_t i = 0; i < r.f.size(); ++i) r.f[i] = f_from_h * r.h[i] + noise[i];
   }
-  model.forward(idx.data(), tgt.data(), b, t);
-  model.backward();
-  const Vec analytic = store.grads();
-  Vec& values = store.values();
-  const Vec numeric = numeric_grad(values, [&] { return model.forward(idx.data(), tgt.data(), b, t); });
-  for (const ParamSpec& s : store.specs()) {
-    Vec a(analytic.begin() + s.offset, analytic.begin() + s.offset + s.numel);
-    Vec n(numeric.begin() + s.offset, numeric.begin() + s.offset + s.numel);
-    INFO("parameter " << s.name);
-    CHECK(rel_err(a, n) < kGradTol);
+  const Vec alpha(C, a);
+  Arena<double> counting;
+  Ops::Cache cache;
+  cache.bind(counting, N, C);
+  Arena<double> arena(counting.used());
+  cache.bind(arena, N, C);
+  Ops::forward(cache, r.out.data(), r.h.data(), r.f.data(), alpha.data(), N, C);
+  for (std::int64_t i = 0; i < N; ++i) r.nz[i] = cache.nz[i];
+  return r;
+}
+double max_diff_to_normalized(const Vec& out, const Vec& x) {
+  double worst = 0;
+  for (std::int64_t i = 0; i < N; ++i) {
+    double ss = 0;
+    for (std::int64_t c = 0; c < C; ++c) ss += x[i * C + c] * x[i * C + c];
+    for (std::int64_t c = 0; c < C; ++c) worst = std::max(worst, std::abs(out[i * C + c] - x[i * C + c] / std::sqrt(ss)));
+  }
+  return worst;
+}
+}  // namespace
+
+TEST_CASE("slerp: returns its endpoints at alpha = 0 and alpha = 1", "[slerp]") {
+  const SlerpRun a0 = run_slerp(0.0, 50);
+  CHECK(max_diff_to_normalized(a0.out, a0.h) < 1e-14);
+  const SlerpRun a1 = run_slerp(1.0, 50);
+  CHECK(max_diff_to_normalized(a1.out, a1.f) < 1e-14);
+}
+
+TEST_CASE("slerp: scalar alpha is the exact geodesic (unit before retraction)", "[slerp]") {
+  for (double a : {0.05, 0.3, 0.5, 0.9}) {
+    const SlerpRun r = run_slerp(a, 60);
+    for (double nz : r.nz) CHECK(std::abs(nz - 1.0) < 1e-12);
+    // and θ near 0: the LERP limit is still on the sphere
+    const SlerpRun near = run_slerp(a, 70, 1.0);
+    for (double nz : near.nz) CHECK(std::abs(nz - 1.0) < 1e-12);
   }
 }
 
-TEST_CASE("gradcheck: whole GPT model, every parameter", "[grad][model]") {
-  check_model_gradients<GPT<double>>(41, 0.3);
+TEST_CASE("slerp: antipodal inputs give finite unit outputs", "[slerp]") {
+  const SlerpRun r = run_slerp(0.5, 80, -1.0);
+  for (double x : r.out) REQUIRE(std::isfinite(x));
+  for (std::int64_t i = 0; i < N; ++i) {
+    double ss = 0;
+    for (std::int64_t c = 0; c < C; ++c) ss += r.out[i * C + c] * r.out[i * C + c];
+    CHECK(std::abs(std::sqrt(ss) - 1.0) < 1e-12);
+  }
 }
-TEST_CASE("gradcheck: whole nGPT model, every parameter", "[grad][model]") {
-  check_model_gradients<NGPT<double>>(42, 0.0);  // 0: the scheme's default 1/√d
+
+// Whole-model checks: d loss / d 48 sampled entries of every parameter tensor
+// (all of the small ones), for every named variant (through every layer and the re-parameterisation of the scales).
+TEST_CASE("gradcheck: every variant, whole model, every parameter tensor", "[grad][model]") {
+  std::apply(
+      [](auto... tags) {
+        (
+            [&] {
+              using Model = typename decltype(tags)::template model<double>;
+              for (const TensorGradError& e : check_model_gradients<Model>(41, 48)) {
+                INFO(decltype(tags)::name << " " << e.name << ": " << e.rel_error);
+                CHECK(e.rel_error < kGradTol);
+              }
+            }(),
+            ...);
+      },
+      all_variants{});
 }

@@ -15,6 +15,7 @@
 #include "normlab/backend/cpu/ops.hpp"
 #include "normlab/core/error.hpp"
 #include "normlab/model/params.hpp"
+#include "normlab/nn/angpt_factors.hpp"
 #include "normlab/nn/constraint.hpp"
 #include "normlab/nn/policies.hpp"
 #include "normlab/nn/residual.hpp"
@@ -37,6 +38,10 @@ struct ModelConfig {
   double sqk_init = 1.0;
   double suv_init = 1.0;
   double sz_init = 1.0;
+  // anGPT (scalar_factors): multipliers on the derived constant factors, for
+  // the 0.5×/2× sensitivity ablation (docs/angpt.md).
+  double angpt_attn_factor_mult = 1.0;
+  double angpt_mlp_factor_mult = 1.0;
 
   std::int64_t head_dim() const { return n_embd / n_head; }
   void validate() const {
@@ -70,6 +75,10 @@ class Transformer {
     arena_ = Arena<T>(counting.used());
     layout(arena_);
     cpu::rope_table(rope_cos_.data(), rope_sin_.data(), maxT_, cfg_.head_dim(), cfg_.rope_base);
+    if constexpr (Scheme::approx_factors) {
+      attn_factor_ = cfg_.angpt_attn_factor_mult * angpt_attention_factor(cfg_.head_dim(), maxT_, cfg_.sqk_init);
+      mlp_factor_ = cfg_.angpt_mlp_factor_mult * angpt_mlp_factor(cfg_.n_embd);
+    }
   }
 
   const ModelConfig& config() const { return cfg_; }
@@ -100,10 +109,16 @@ class Transformer {
           break;
       }
     }
-    apply_constraint();
+    // nGPT fixes and anGPT bounds the norms; both start from unit norm.
+    if constexpr (Scheme::weights != WeightConstraint::none)
+      apply_weight_constraint(params_, WeightConstraint::unit_norm);
   }
 
   void apply_constraint() { apply_weight_constraint(params_, Scheme::weights); }
+
+  // anGPT's constant output factors (1 for other schemes), see docs/angpt.md.
+  double attn_output_factor() const { return attn_factor_; }
+  double mlp_output_factor() const { return mlp_factor_; }
 
   // Forward pass over idx (B,T). With targets, returns the mean cross-entropy
   // and keeps everything backward() needs; without, returns 0 (logits only).
@@ -135,19 +150,25 @@ class Transformer {
       cpu::linear_forward(a.v, x, P(w.wv), N, C, C);
       cpu::rope_apply(a.q, rope_cos_.data(), rope_sin_.data(), B, Tn, H, D, false);
       cpu::rope_apply(a.k, rope_cos_.data(), rope_sin_.data(), B, Tn, H, D, false);
-      const T* qa = a.q;
-      const T* ka = a.k;
-      if constexpr (Scheme::sphere_qk) {
-        effective_sqk(w);
+      if constexpr (Scheme::qk == QkMode::rms_gain) {
+        cpu::rmsnorm_forward(a.qs, a.qn, a.q, P(w.q_gain), N * H, D, T(cfg_.rmsnorm_eps));
+        cpu::rmsnorm_forward(a.ks, a.kn, a.k, P(w.k_gain), N * H, D, T(cfg_.rmsnorm_eps));
+      } else if constexpr (Scheme::qk == QkMode::unit_scaled) {
+        effective_scale(w.sqk, cfg_.sqk_init / cfg_.base_scale, C, s_tmp_);
         cpu::l2norm_rows_forward(a.qh, a.qn, a.q, N * H, D);
         cpu::l2norm_rows_forward(a.kh, a.kn, a.k, N * H, D);
         cpu::scale_columns(a.qs, a.qh, s_tmp_, N, C);
         cpu::scale_columns(a.ks, a.kh, s_tmp_, N, C);
-        qa = a.qs;
-        ka = a.ks;
+      } else if constexpr (Scheme::qk == QkMode::scaled_only) {
+        effective_scale(w.sqk, cfg_.sqk_init / cfg_.base_scale, C, s_tmp_);
+        cpu::scale_columns(a.qs, a.q, s_tmp_, N, C);
+        cpu::scale_columns(a.ks, a.k, s_tmp_, N, C);
       }
+      const T* qa = kQkTransformed ? a.qs : a.q;
+      const T* ka = kQkTransformed ? a.ks : a.k;
       cpu::attention_forward(a.y, a.P, qa, ka, a.v, B, Tn, H, D, softmax_scale());
       cpu::linear_forward(a.a, a.y, P(w.wo), N, C, C);
+      if constexpr (Scheme::approx_factors) scale_inplace(a.a, T(attn_factor_), N * C);
       if constexpr (Residual::learned_alpha) effective_alpha(w.attn_alpha, alpha_tmp_);
       Res::forward(a.res_att, a.h_mid, a.h_in, a.a, alpha_tmp_, N, C);
       // ---- MLP
@@ -159,12 +180,13 @@ class Transformer {
       cpu::linear_forward(a.uv, xm, P(w.wfc), N, C, 2 * F);
       const T* uvs = a.uv;
       if constexpr (Scheme::scaled_uv) {
-        effective_suv(w);
+        effective_scale(w.suv, suv_const(), 2 * F, s_tmp_);
         cpu::scale_columns(a.uvs, a.uv, s_tmp_, N, 2 * F);
         uvs = a.uvs;
       }
       cpu::swiglu_forward(a.act, uvs, N, F);
       cpu::linear_forward(a.m, a.act, P(w.wproj), N, F, C);
+      if constexpr (Scheme::approx_factors) scale_inplace(a.m, T(mlp_factor_), N * C);
       if constexpr (Residual::learned_alpha) effective_alpha(w.mlp_alpha, alpha_tmp_);
       Res::forward(a.res_mlp, h_out, a.h_mid, a.m, alpha_tmp_, N, C);
     }
@@ -175,7 +197,7 @@ class Transformer {
     }
     cpu::linear_forward(logits_raw_, hf, P(lm_head_), N, C, V);
     if constexpr (Scheme::scaled_logits) {
-      effective_sz();
+      effective_scale(sz_, cfg_.sz_init / cfg_.base_scale, V, sz_tmp_);
       cpu::scale_columns(logits_, logits_raw_, sz_tmp_, N, V);
     }
     if (!targets) return 0.0;
@@ -195,7 +217,9 @@ class Transformer {
                        F = 4 * C, V = cfg_.vocab_size;
     cpu::cross_entropy(d_logits_, logits(), targets_, N, V);
     if constexpr (Scheme::scaled_logits) {
-      cpu::column_dot_accumulate(G(sz_), d_logits_, logits_raw_, N, V, T(cfg_.sz_init / cfg_.base_scale));
+      std::fill_n(d_scale_, V, T(0));
+      cpu::column_dot_accumulate(d_scale_, d_logits_, logits_raw_, N, V, T(cfg_.sz_init / cfg_.base_scale));
+      fold_scale_grad(sz_, V);
       cpu::scale_columns(d_logits_, d_logits_, sz_tmp_, N, V);
     }
     const T* hf = Scheme::rmsnorm_inputs ? hf_norm_ : h_final_;
@@ -215,14 +239,17 @@ class Transformer {
         effective_alpha(w.mlp_alpha, alpha_tmp_);
         std::fill_n(d_alpha_, C, T(0));
       }
-      Res::backward(d_h_, d_f_, d_alpha_, d_h_, a.res_mlp, h_out, alpha_tmp_, N, C);
+      Res::backward(d_h_, d_f_, d_alpha_, d_h_, a.res_mlp, h_out, a.h_mid, a.m, alpha_tmp_, N, C);
       if constexpr (Residual::learned_alpha) alpha_grad_to_stored(w.mlp_alpha);
+      if constexpr (Scheme::approx_factors) scale_inplace(d_f_, T(mlp_factor_), N * C);
       cpu::linear_backward(d_act_, G(w.wproj), d_f_, a.act, P(w.wproj), N, F, C);
       const T* uvs = Scheme::scaled_uv ? a.uvs : a.uv;
       cpu::swiglu_backward(d_uv_, d_act_, uvs, N, F);
       if constexpr (Scheme::scaled_uv) {
-        effective_suv(w);
-        cpu::column_dot_accumulate(G(w.suv), d_uv_, a.uv, N, 2 * F, T(cfg_.suv_init * std::sqrt(double(C))));
+        effective_scale(w.suv, suv_const(), 2 * F, s_tmp_);
+        std::fill_n(d_scale_, 2 * F, T(0));
+        cpu::column_dot_accumulate(d_scale_, d_uv_, a.uv, N, 2 * F, T(suv_const()));
+        fold_scale_grad(w.suv, 2 * F);
         cpu::scale_columns(d_uv_, d_uv_, s_tmp_, N, 2 * F);
       }
       const T* xm = Scheme::rmsnorm_inputs ? a.xm : a.h_mid;
@@ -238,21 +265,33 @@ class Transformer {
         effective_alpha(w.attn_alpha, alpha_tmp_);
         std::fill_n(d_alpha_, C, T(0));
       }
-      Res::backward(d_h_, d_f_, d_alpha_, d_h_, a.res_att, a.h_mid, alpha_tmp_, N, C);
+      Res::backward(d_h_, d_f_, d_alpha_, d_h_, a.res_att, a.h_mid, a.h_in, a.a, alpha_tmp_, N, C);
       if constexpr (Residual::learned_alpha) alpha_grad_to_stored(w.attn_alpha);
+      if constexpr (Scheme::approx_factors) scale_inplace(d_f_, T(attn_factor_), N * C);
       cpu::linear_backward(d_y_, G(w.wo), d_f_, a.y, P(w.wo), N, C, C);
-      const T* qa = Scheme::sphere_qk ? a.qs : a.q;
-      const T* ka = Scheme::sphere_qk ? a.ks : a.k;
+      const T* qa = kQkTransformed ? a.qs : a.q;
+      const T* ka = kQkTransformed ? a.ks : a.k;
       cpu::attention_backward(d_q_, d_k_, d_v_, d_scores_, d_y_, a.P, qa, ka, a.v, B, Tn, H, D, softmax_scale());
-      if constexpr (Scheme::sphere_qk) {
-        effective_sqk(w);
-        const T inv_bs = T(cfg_.sqk_init / cfg_.base_scale);
-        cpu::column_dot_accumulate(G(w.sqk), d_q_, a.qh, N, C, inv_bs);
-        cpu::column_dot_accumulate(G(w.sqk), d_k_, a.kh, N, C, inv_bs);
+      if constexpr (Scheme::qk == QkMode::rms_gain) {
+        cpu::rmsnorm_backward(d_x_, G(w.q_gain), d_q_, a.q, P(w.q_gain), a.qn, N * H, D);
+        std::copy_n(d_x_, N * C, d_q_);
+        cpu::rmsnorm_backward(d_x_, G(w.k_gain), d_k_, a.k, P(w.k_gain), a.kn, N * H, D);
+        std::copy_n(d_x_, N * C, d_k_);
+      } else if constexpr (Scheme::qk == QkMode::unit_scaled || Scheme::qk == QkMode::scaled_only) {
+        effective_scale(w.sqk, cfg_.sqk_init / cfg_.base_scale, C, s_tmp_);
+        const T k = T(cfg_.sqk_init / cfg_.base_scale);
+        const T* qpre = Scheme::qk == QkMode::unit_scaled ? a.qh : a.q;
+        const T* kpre = Scheme::qk == QkMode::unit_scaled ? a.kh : a.k;
+        std::fill_n(d_scale_, C, T(0));
+        cpu::column_dot_accumulate(d_scale_, d_q_, qpre, N, C, k);
+        cpu::column_dot_accumulate(d_scale_, d_k_, kpre, N, C, k);
+        fold_scale_grad(w.sqk, C);
         cpu::scale_columns(d_q_, d_q_, s_tmp_, N, C);
         cpu::scale_columns(d_k_, d_k_, s_tmp_, N, C);
-        cpu::l2norm_rows_backward(d_q_, d_q_, a.qh, a.qn, N * H, D);
-        cpu::l2norm_rows_backward(d_k_, d_k_, a.kh, a.kn, N * H, D);
+        if constexpr (Scheme::qk == QkMode::unit_scaled) {
+          cpu::l2norm_rows_backward(d_q_, d_q_, a.qh, a.qn, N * H, D);
+          cpu::l2norm_rows_backward(d_k_, d_k_, a.kh, a.kn, N * H, D);
+        }
       }
       cpu::rope_apply(d_q_, rope_cos_.data(), rope_sin_.data(), B, Tn, H, D, true);
       cpu::rope_apply(d_k_, rope_cos_.data(), rope_sin_.data(), B, Tn, H, D, true);
@@ -286,7 +325,8 @@ class Transformer {
     std::size_t wq = 0, wk = 0, wv = 0, wo = 0, wfc = 0, wproj = 0;
     std::size_t ln_att = 0, ln_mlp = 0;                    // prenorm_rms
     std::size_t attn_alpha = 0, mlp_alpha = 0;             // learned α
-    std::size_t sqk = 0, suv = 0;                          // sphere
+    std::size_t sqk = 0, suv = 0;                          // sphere, scalar_factors
+    std::size_t q_gain = 0, k_gain = 0;                    // prenorm_rms_qknorm
   };
   struct LayerActs {
     T* h_in = nullptr;   // (N,C) residual stream entering the layer
@@ -295,11 +335,11 @@ class Transformer {
     T* q = nullptr;      // (N,C) after RoPE
     T* k = nullptr;      // (N,C) after RoPE
     T* v = nullptr;      // (N,C)
-    T* qh = nullptr;     // (N,C) per-head unit q (sphere)
+    T* qh = nullptr;     // (N,C) per-head unit q (unit_scaled)
     T* kh = nullptr;     // (N,C)
-    T* qn = nullptr;     // (N,H) per-head ‖q‖
+    T* qn = nullptr;     // (N,H) per-head ‖q‖ (unit_scaled) or 1/rms (rms_gain)
     T* kn = nullptr;     // (N,H)
-    T* qs = nullptr;     // (N,C) s_qk ⊙ qh
+    T* qs = nullptr;     // (N,C) q as attention sees it: s_qk ⊙ qh, s_qk ⊙ q, or RMSNorm(q) ⊙ g
     T* ks = nullptr;     // (N,C)
     T* P = nullptr;      // (B,H,T,T) attention probabilities
     T* y = nullptr;      // (N,C) heads concatenated
@@ -338,16 +378,21 @@ class Transformer {
         w.ln_att = params_.add(p + "rmsnorm_att.weight", {C}, ParamRole::gain);
         w.ln_mlp = params_.add(p + "rmsnorm_mlp.weight", {C}, ParamRole::gain);
       }
-      if constexpr (Residual::learned_alpha) {
-        w.attn_alpha = params_.add(p + "attn_alpha", {C}, ParamRole::alpha);
-        w.mlp_alpha = params_.add(p + "mlp_alpha", {C}, ParamRole::alpha);
+      if constexpr (Scheme::qk == QkMode::rms_gain) {
+        w.q_gain = params_.add(p + "q_norm.weight", {cfg_.head_dim()}, ParamRole::gain);
+        w.k_gain = params_.add(p + "k_norm.weight", {cfg_.head_dim()}, ParamRole::gain);
       }
-      if constexpr (Scheme::sphere_qk) w.sqk = params_.add(p + "sqk", {C}, ParamRole::scale);
-      if constexpr (Scheme::scaled_uv) w.suv = params_.add(p + "suv", {2 * F}, ParamRole::scale);
+      if constexpr (Residual::learned_alpha) {
+        w.attn_alpha = params_.add(p + "attn_alpha", {scale_len(C)}, ParamRole::alpha);
+        w.mlp_alpha = params_.add(p + "mlp_alpha", {scale_len(C)}, ParamRole::alpha);
+      }
+      if constexpr (Scheme::qk == QkMode::unit_scaled || Scheme::qk == QkMode::scaled_only)
+        w.sqk = params_.add(p + "sqk", {scale_len(C)}, ParamRole::scale);
+      if constexpr (Scheme::scaled_uv) w.suv = params_.add(p + "suv", {scale_len(2 * F)}, ParamRole::scale);
     }
     if constexpr (Scheme::rmsnorm_inputs) ln_f_ = params_.add("rmsnorm_f.weight", {C}, ParamRole::gain);
     lm_head_ = params_.add("lm_head.weight", {V, C}, ParamRole::matrix, rows);
-    if constexpr (Scheme::scaled_logits) sz_ = params_.add("sz", {V}, ParamRole::scale);
+    if constexpr (Scheme::scaled_logits) sz_ = params_.add("sz", {scale_len(V)}, ParamRole::scale);
     params_.finalize();
   }
 
@@ -367,11 +412,15 @@ class Transformer {
       a.q = ar.take(N * C);
       a.k = ar.take(N * C);
       a.v = ar.take(N * C);
-      if constexpr (Scheme::sphere_qk) {
+      if constexpr (Scheme::qk == QkMode::unit_scaled) {
         a.qh = ar.take(N * C);
         a.kh = ar.take(N * C);
+      }
+      if constexpr (Scheme::qk == QkMode::unit_scaled || Scheme::qk == QkMode::rms_gain) {
         a.qn = ar.take(N * H);
         a.kn = ar.take(N * H);
+      }
+      if constexpr (kQkTransformed) {
         a.qs = ar.take(N * C);
         a.ks = ar.take(N * C);
       }
@@ -408,6 +457,7 @@ class Transformer {
     d_alpha_ = ar.take(C);
     s_tmp_ = ar.take(2 * F);
     sz_tmp_ = ar.take(V);
+    d_scale_ = ar.take(std::max(2 * F, V));
     rope_cos_.assign(static_cast<std::size_t>(maxT_ * cfg_.head_dim() / 2), T(0));
     rope_sin_.assign(rope_cos_.size(), T(0));
   }
@@ -425,38 +475,51 @@ class Transformer {
   }
 
   // ---- the reference's re-parameterisation: effective = stored × init/base_scale
+  static constexpr bool kQkTransformed = Scheme::qk != QkMode::none;
+  static std::int64_t scale_len(std::int64_t n) { return Scheme::scalar_scales ? 1 : n; }
+  double suv_const() const { return cfg_.suv_init * std::sqrt(double(cfg_.n_embd)); }
+
+  // out(n) = stored × k, broadcast when the scheme learns one scalar.
+  void effective_scale(std::size_t off, double k, std::int64_t n, T* out) const {
+    const T* p = P(off);
+    for (std::int64_t c = 0; c < n; ++c) out[c] = T(double(p[Scheme::scalar_scales ? 0 : c]) * k);
+  }
+  // d_scale_(n) holds d loss / d(expanded stored values); fold into the parameter.
+  void fold_scale_grad(std::size_t off, std::int64_t n) {
+    T* g = G(off);
+    if constexpr (Scheme::scalar_scales) {
+      T acc = 0;
+      for (std::int64_t c = 0; c < n; ++c) acc += d_scale_[c];
+      g[0] += acc;
+    } else {
+      for (std::int64_t c = 0; c < n; ++c) g[c] += d_scale_[c];
+    }
+  }
   void effective_alpha(std::size_t off, T* out) const {
     const double k = cfg_.alpha_init / cfg_.base_scale;
     const T* p = P(off);
-    for (std::int64_t c = 0; c < cfg_.n_embd; ++c) out[c] = T(std::abs(double(p[c]) * k));
+    for (std::int64_t c = 0; c < cfg_.n_embd; ++c)
+      out[c] = T(std::abs(double(p[Scheme::scalar_scales ? 0 : c]) * k));
   }
   // d|p k|/dp = sign(p k)·k (0 at 0, as torch.abs).
   void alpha_grad_to_stored(std::size_t off) {
     const double k = cfg_.alpha_init / cfg_.base_scale;
     const T* p = P(off);
-    T* g = G(off);
     for (std::int64_t c = 0; c < cfg_.n_embd; ++c) {
-      const double x = double(p[c]) * k;
+      const double x = double(p[Scheme::scalar_scales ? 0 : c]) * k;
       const double sgn = x > 0 ? 1.0 : (x < 0 ? -1.0 : 0.0);
-      g[c] += T(double(d_alpha_[c]) * sgn * k);
+      d_scale_[c] = T(double(d_alpha_[c]) * sgn * k);
     }
+    fold_scale_grad(off, cfg_.n_embd);
   }
-  void effective_sqk(const LayerOffsets& w) const {
-    const T* p = P(w.sqk);
-    for (std::int64_t c = 0; c < cfg_.n_embd; ++c) s_tmp_[c] = T(double(p[c]) * (cfg_.sqk_init / cfg_.base_scale));
-  }
-  void effective_suv(const LayerOffsets& w) const {
-    const T* p = P(w.suv);
-    const double k = cfg_.suv_init * std::sqrt(double(cfg_.n_embd));
-    for (std::int64_t c = 0; c < 8 * cfg_.n_embd; ++c) s_tmp_[c] = T(double(p[c]) * k);
-  }
-  void effective_sz() const {
-    const T* p = P(sz_);
-    for (std::int64_t c = 0; c < cfg_.vocab_size; ++c) sz_tmp_[c] = T(double(p[c]) * (cfg_.sz_init / cfg_.base_scale));
+
+  static void scale_inplace(T* x, T c, std::int64_t n) {
+#pragma omp parallel for if (n > cpu::kParallelGrain)
+    for (std::int64_t i = 0; i < n; ++i) x[i] *= c;
   }
 
   static void add_into(T* dst, const T* src, std::int64_t n) {
-#pragma omp parallel for
+#pragma omp parallel for if (n > cpu::kParallelGrain)
     for (std::int64_t i = 0; i < n; ++i) dst[i] += src[i];
   }
   // Box–Muller on mt19937_64: the same numbers on every platform (std::normal_distribution is not specified).
@@ -497,6 +560,8 @@ class Transformer {
   T* d_alpha_ = nullptr;    // (C)
   T* s_tmp_ = nullptr;      // (2F) effective s_qk or s_uv
   T* sz_tmp_ = nullptr;     // (V) effective s_z
+  T* d_scale_ = nullptr;    // (max(2F,V)) gradient of an expanded scale before folding
+  double attn_factor_ = 1.0, mlp_factor_ = 1.0;  // anGPT output factors
   std::int64_t B_ = 0, T_ = 0;
   const std::int64_t* idx_ = nullptr;
   const std::int64_t* targets_ = nullptr;
@@ -506,5 +571,7 @@ template <class T>
 using GPT = Transformer<T, prenorm_rms, residual_add>;
 template <class T>
 using NGPT = Transformer<T, sphere, lerp_retract>;
+template <class T>
+using ANGPT = Transformer<T, scalar_factors, lerp_nu>;
 
 }  // namespace normlab

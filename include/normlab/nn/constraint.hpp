@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "normlab/backend/cpu/ops.hpp"
 #include "normlab/model/params.hpp"
 #include "normlab/nn/policies.hpp"
 
@@ -27,7 +28,7 @@ void apply_weight_constraint(ParamStore<T>& store, WeightConstraint mode) {
     T* W = store.value(s.offset);
     const std::int64_t R = s.shape.at(0), Cn = s.shape.at(1);
     if (s.axis == NormAxis::rows) {
-#pragma omp parallel for
+#pragma omp parallel for if (R * Cn > cpu::kParallelGrain)
       for (std::int64_t i = 0; i < R; ++i) {
         T ss = 0;
         for (std::int64_t j = 0; j < Cn; ++j) ss += W[i * Cn + j] * W[i * Cn + j];
@@ -35,7 +36,7 @@ void apply_weight_constraint(ParamStore<T>& store, WeightConstraint mode) {
         for (std::int64_t j = 0; j < Cn; ++j) W[i * Cn + j] *= f;
       }
     } else {
-#pragma omp parallel for
+#pragma omp parallel for if (R * Cn > cpu::kParallelGrain)
       for (std::int64_t j = 0; j < Cn; ++j) {
         T ss = 0;
         for (std::int64_t i = 0; i < R; ++i) ss += W[i * Cn + j] * W[i * Cn + j];

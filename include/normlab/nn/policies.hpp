@@ -18,7 +18,15 @@ inline constexpr bool dependent_false = false;
 enum class WeightConstraint {
   none,       // plain GPT
   unit_norm,  // nGPT: every row/column along the embedding dimension set to norm 1
-  bounded,    // anGPT: rows/columns with norm > 1 scaled back to 1
+  bounded,    // anGPT: rows/columns with norm > 1 scaled back to 1 (initialised at 1)
+};
+
+// What happens to q and k (per head, after RoPE).
+enum class QkMode {
+  none,         // GPT: used as they are
+  rms_gain,     // GPT+QK-norm: RMSNorm over each head with a learned gain (dk) for q and for k
+  unit_scaled,  // nGPT/anGPT: q ← s_qk ⊙ N(q), k ← s_qk ⊙ N(k)
+  scaled_only,  // ablation: q ← s_qk ⊙ q (the scale kept, the normalization dropped)
 };
 
 // ------------------------------------------------------------------ schemes
@@ -26,50 +34,111 @@ enum class WeightConstraint {
 // before the LM head; softmax scale 1/√dk.
 struct prenorm_rms {
   static constexpr std::string_view name = "prenorm_rms";
-  static constexpr bool rmsnorm_inputs = true;   // x = RMSNorm(h) feeds each sub-layer; final RMSNorm
-  static constexpr bool sphere_qk = false;       // q,k ← s_qk ⊙ N(q,k) per head after RoPE
-  static constexpr bool sqrt_dk_softmax = false; // softmax scale √dk (else 1/√dk)
-  static constexpr bool scaled_uv = false;       // MLP intermediate ⊙ s_uv·√d
-  static constexpr bool scaled_logits = false;   // logits ⊙ s_z
+  static constexpr bool rmsnorm_inputs = true;    // x = RMSNorm(h) feeds each sub-layer; final RMSNorm
+  static constexpr QkMode qk = QkMode::none;
+  static constexpr bool sqrt_dk_softmax = false;  // softmax scale √dk (else 1/√dk)
+  static constexpr bool scaled_uv = false;        // MLP intermediate ⊙ s_uv·√d
+  static constexpr bool scaled_logits = false;    // logits ⊙ s_z
+  static constexpr bool scalar_scales = false;    // α, s_qk, s_uv, s_z one learned scalar each
+  static constexpr bool approx_factors = false;   // anGPT's constant output factors
   static constexpr WeightConstraint weights = WeightConstraint::none;
   static constexpr bool hidden_on_sphere = false;
+};
+
+// Pre-norm GPT plus RMSNorm with learned gain on q and k per head ("GPT+").
+struct prenorm_rms_qknorm : prenorm_rms {
+  static constexpr std::string_view name = "prenorm_rms_qknorm";
+  static constexpr QkMode qk = QkMode::rms_gain;
 };
 
 // nGPT: hidden states and weights on the unit hypersphere, no RMSNorm anywhere.
 struct sphere {
   static constexpr std::string_view name = "sphere";
   static constexpr bool rmsnorm_inputs = false;
-  static constexpr bool sphere_qk = true;
+  static constexpr QkMode qk = QkMode::unit_scaled;
   static constexpr bool sqrt_dk_softmax = true;
   static constexpr bool scaled_uv = true;
   static constexpr bool scaled_logits = true;
+  static constexpr bool scalar_scales = false;
+  static constexpr bool approx_factors = false;
   static constexpr WeightConstraint weights = WeightConstraint::unit_norm;
   static constexpr bool hidden_on_sphere = true;
+};
+
+// nGPT without normalizing q and k (s_qk and the √dk softmax scale kept).
+struct sphere_noqknorm : sphere {
+  static constexpr std::string_view name = "sphere_noqknorm";
+  static constexpr QkMode qk = QkMode::scaled_only;
+};
+
+// nGPT with α, s_qk, s_uv and s_z each a single learned scalar.
+struct sphere_scalar : sphere {
+  static constexpr std::string_view name = "sphere_scalar";
+  static constexpr bool scalar_scales = true;
+};
+
+// anGPT: no exact normalization of hidden states; constant factors derived
+// from norm concentration keep each sub-layer's output near unit norm at
+// initialisation (docs/angpt.md); q,k exactly normalized as nGPT; weights
+// bounded to norm ≤ 1 instead of fixed to 1.
+struct scalar_factors {
+  static constexpr std::string_view name = "scalar_factors";
+  static constexpr bool rmsnorm_inputs = false;
+  static constexpr QkMode qk = QkMode::unit_scaled;
+  static constexpr bool sqrt_dk_softmax = true;
+  static constexpr bool scaled_uv = true;
+  static constexpr bool scaled_logits = true;
+  static constexpr bool scalar_scales = false;
+  static constexpr bool approx_factors = true;
+  static constexpr WeightConstraint weights = WeightConstraint::bounded;
+  static constexpr bool hidden_on_sphere = false;
 };
 
 template <class S>
 concept NormScheme = requires {
   { S::name } -> std::convertible_to<std::string_view>;
   { S::rmsnorm_inputs } -> std::convertible_to<bool>;
-  { S::sphere_qk } -> std::convertible_to<bool>;
+  { S::qk } -> std::convertible_to<QkMode>;
   { S::sqrt_dk_softmax } -> std::convertible_to<bool>;
   { S::scaled_uv } -> std::convertible_to<bool>;
   { S::scaled_logits } -> std::convertible_to<bool>;
+  { S::scalar_scales } -> std::convertible_to<bool>;
+  { S::approx_factors } -> std::convertible_to<bool>;
   { S::weights } -> std::convertible_to<WeightConstraint>;
   { S::hidden_on_sphere } -> std::convertible_to<bool>;
 };
 
 // ------------------------------------------------------------------ residual rules
 // Tags only; their math lives in nn/residual.hpp.
-struct residual_add {          // h ← h + f
+struct residual_add {  // h ← h + f
   static constexpr std::string_view name = "add";
   static constexpr bool learned_alpha = false;
   static constexpr bool retracts = false;  // output lies on the unit sphere
+  static constexpr bool nu_scaled = false;
 };
-struct lerp_retract {          // h ← N(N(h) + |α| ⊙ (N(f) − N(h)))
+struct lerp {  // h ← h + |α| ⊙ (f − h)
+  static constexpr std::string_view name = "lerp";
+  static constexpr bool learned_alpha = true;
+  static constexpr bool retracts = false;
+  static constexpr bool nu_scaled = false;
+};
+struct lerp_nu {  // h ← ν(α) ⊙ (h + |α| ⊙ (f − h)), ν(α) = 1/√((1−α)² + α²)
+  static constexpr std::string_view name = "lerp_nu";
+  static constexpr bool learned_alpha = true;
+  static constexpr bool retracts = false;
+  static constexpr bool nu_scaled = true;
+};
+struct lerp_retract {  // h ← N(N(h) + |α| ⊙ (N(f) − N(h)))
   static constexpr std::string_view name = "lerp_retract";
   static constexpr bool learned_alpha = true;
   static constexpr bool retracts = true;
+  static constexpr bool nu_scaled = false;
+};
+struct slerp {  // h ← N(sin((1−α)θ)/sin θ ⊙ N(h) + sin(αθ)/sin θ ⊙ N(f)), θ = ∠(h, f)
+  static constexpr std::string_view name = "slerp";
+  static constexpr bool learned_alpha = true;
+  static constexpr bool retracts = true;
+  static constexpr bool nu_scaled = false;
 };
 
 template <class R>
@@ -77,17 +146,25 @@ concept ResidualRule = requires {
   { R::name } -> std::convertible_to<std::string_view>;
   { R::learned_alpha } -> std::convertible_to<bool>;
   { R::retracts } -> std::convertible_to<bool>;
+  { R::nu_scaled } -> std::convertible_to<bool>;
 };
 
-// A scheme that keeps hidden states on the sphere needs a rule that retracts to it.
+// The combinations that make sense; each refusal says why and what to use.
 template <NormScheme S, ResidualRule R>
 constexpr bool check_block_policies() {
   static_assert(!S::hidden_on_sphere || R::retracts,
-                "normlab: this normalization scheme keeps hidden states on the unit sphere; pair it with "
-                "a retracting residual rule (lerp_retract), not residual_add");
+                "normlab: this scheme keeps hidden states on the unit sphere, so its residual rule must "
+                "retract to the sphere: use lerp_retract or slerp");
   static_assert(S::hidden_on_sphere || !R::retracts,
-                "normlab: a retracting residual rule needs a scheme whose hidden states live on the sphere "
-                "(sphere); with prenorm_rms use residual_add");
+                "normlab: a retracting residual rule (lerp_retract, slerp) needs a scheme whose hidden states "
+                "live on the sphere (sphere, sphere_noqknorm, sphere_scalar); with prenorm_rms use residual_add "
+                "or lerp, with scalar_factors use lerp_nu");
+  static_assert(!S::approx_factors || (R::learned_alpha && !R::retracts),
+                "normlab: scalar_factors (anGPT) keeps hidden norms near 1 only through an interpolating "
+                "residual: use lerp_nu (or lerp to ablate the ν(α) factor), not residual_add");
+  static_assert(!R::nu_scaled || S::approx_factors,
+                "normlab: lerp_nu's ν(α) restores unit norm only for approximately normalized hidden states: "
+                "pair it with scalar_factors; with prenorm_rms use lerp");
   return true;
 }
 

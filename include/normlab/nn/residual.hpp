@@ -1,9 +1,16 @@
 #pragma once
 // The math of each residual rule: forward and hand-written backward.
 //   residual_add:  out = h + f
+//   lerp:          out = h + α ⊙ (f − h)
+//   lerp_nu:       out = ν(α) ⊙ (h + α ⊙ (f − h)),  ν(α) = 1/√((1−α)² + α²)
 //   lerp_retract:  A = N(h), Bf = N(f), z = A + α ⊙ (Bf − A), out = N(z)
+//   slerp:         A = N(h), Bf = N(f), θ = ∠(A, Bf),
+//                  z = g(1−α, θ) ⊙ A + g(α, θ) ⊙ Bf with g(β, θ) = sin(βθ)/sin θ, out = N(z)
+// backward(dh, df, dα, dout, …): dh may alias dout (the residual-stream
+// gradient is updated in place); dα accumulates.
 // α here is the *effective* per-dimension step (already |stored × constant|);
 // the model maps dα back to the stored parameter.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -25,13 +32,13 @@ struct ResidualOps<residual_add, T> {
   };
   static void forward(Cache&, T* out, const T* h, const T* f, const T* /*alpha*/, std::int64_t N,
                       std::int64_t C) {
-#pragma omp parallel for
+#pragma omp parallel for if (N * C > cpu::kParallelGrain)
     for (std::int64_t i = 0; i < N * C; ++i) out[i] = h[i] + f[i];
   }
   // dh may alias dout (the residual stream gradient is updated in place).
   static void backward(T* dh, T* df, T* /*dalpha*/, const T* dout, const Cache&, const T* /*out*/,
-                       const T* /*alpha*/, std::int64_t N, std::int64_t C) {
-#pragma omp parallel for
+                       const T* /*h*/, const T* /*f*/, const T* /*alpha*/, std::int64_t N, std::int64_t C) {
+#pragma omp parallel for if (N * C > cpu::kParallelGrain)
     for (std::int64_t i = 0; i < N * C; ++i) {
       const T g = dout[i];
       df[i] = g;
@@ -61,7 +68,7 @@ struct ResidualOps<lerp_retract, T> {
 
   static void forward(Cache& c, T* out, const T* h, const T* f, const T* alpha, std::int64_t N,
                       std::int64_t C) {
-#pragma omp parallel for
+#pragma omp parallel for if (N * C > cpu::kParallelGrain)
     for (std::int64_t i = 0; i < N; ++i) {
       const T* hi = h + i * C;
       const T* fi = f + i * C;
@@ -91,16 +98,16 @@ struct ResidualOps<lerp_retract, T> {
 
   // dz = (dout − out (out·dout)) / ‖z‖; dα += Σ_rows dz ⊙ (Bf − A);
   // dh = Nᵀ(A, dz ⊙ (1−α)); df = Nᵀ(Bf, dz ⊙ α). dh may alias dout.
-  static void backward(T* dh, T* df, T* dalpha, const T* dout, const Cache& c, const T* out, const T* alpha,
-                       std::int64_t N, std::int64_t C) {
-#pragma omp parallel for
+  static void backward(T* dh, T* df, T* dalpha, const T* dout, const Cache& c, const T* out, const T* /*h*/,
+                       const T* /*f*/, const T* alpha, std::int64_t N, std::int64_t C) {
+#pragma omp parallel for if (N * C > cpu::kParallelGrain)
     for (std::int64_t i = 0; i < N; ++i) {
       T d = 0;
       for (std::int64_t j = 0; j < C; ++j) d += out[i * C + j] * dout[i * C + j];
       c.dot[i] = d;
     }
     // dα first, column-parallel (deterministic), before dout may be overwritten.
-#pragma omp parallel for
+#pragma omp parallel for if (N * C > cpu::kParallelGrain)
     for (std::int64_t j = 0; j < C; ++j) {
       T acc = 0;
       for (std::int64_t i = 0; i < N; ++i) {
@@ -110,7 +117,7 @@ struct ResidualOps<lerp_retract, T> {
       }
       dalpha[j] += acc;
     }
-#pragma omp parallel for
+#pragma omp parallel for if (N * C > cpu::kParallelGrain)
     for (std::int64_t i = 0; i < N; ++i) {
       const T* o = out + i * C;
       const T* g = dout + i * C;
@@ -130,6 +137,232 @@ struct ResidualOps<lerp_retract, T> {
         const T dz = (g[j] - o[j] * d) * inz;
         dfi[j] = (dz * alpha[j] - Bf[j] * sB) * inf;
         dhi[j] = (dz * (T(1) - alpha[j]) - A[j] * sA) * inh;  // last: dhi may alias g
+      }
+    }
+  }
+};
+
+// Plain (unretracted) LERP with a learned step: lets α be put on a pre-norm GPT.
+template <class T>
+struct ResidualOps<lerp, T> {
+  struct Cache {
+    void bind(Arena<T>&, std::int64_t, std::int64_t) {}
+  };
+  static void forward(Cache&, T* out, const T* h, const T* f, const T* alpha, std::int64_t N, std::int64_t C) {
+#pragma omp parallel for if (N * C > cpu::kParallelGrain)
+    for (std::int64_t i = 0; i < N; ++i)
+      for (std::int64_t j = 0; j < C; ++j) {
+        const std::int64_t k = i * C + j;
+        out[k] = h[k] + alpha[j] * (f[k] - h[k]);
+      }
+  }
+  static void backward(T* dh, T* df, T* dalpha, const T* dout, const Cache&, const T* /*out*/, const T* h,
+                       const T* f, const T* alpha, std::int64_t N, std::int64_t C) {
+    cpu::column_dot_accumulate_diff(dalpha, dout, f, h, N, C);
+#pragma omp parallel for if (N * C > cpu::kParallelGrain)
+    for (std::int64_t i = 0; i < N; ++i)
+      for (std::int64_t j = 0; j < C; ++j) {
+        const std::int64_t k = i * C + j;
+        const T g = dout[k];
+        df[k] = g * alpha[j];
+        dh[k] = g * (T(1) - alpha[j]);
+      }
+  }
+};
+
+// anGPT's residual: LERP scaled by ν(α) = 1/√((1−α)² + α²), the norm of
+// (1−α)h + αf for orthogonal unit h and f, so unit inputs give unit outputs.
+template <class T>
+struct ResidualOps<lerp_nu, T> {
+  struct Cache {
+    void bind(Arena<T>&, std::int64_t, std::int64_t) {}
+  };
+  static T nu(T a) { return T(1) / std::sqrt((T(1) - a) * (T(1) - a) + a * a); }
+  static void forward(Cache&, T* out, const T* h, const T* f, const T* alpha, std::int64_t N, std::int64_t C) {
+#pragma omp parallel for if (N * C > cpu::kParallelGrain)
+    for (std::int64_t i = 0; i < N; ++i)
+      for (std::int64_t j = 0; j < C; ++j) {
+        const std::int64_t k = i * C + j;
+        out[k] = nu(alpha[j]) * (h[k] + alpha[j] * (f[k] - h[k]));
+      }
+  }
+  // dν/dα = −(2α − 1) ν³
+  static void backward(T* dh, T* df, T* dalpha, const T* dout, const Cache&, const T* /*out*/, const T* h,
+                       const T* f, const T* alpha, std::int64_t N, std::int64_t C) {
+#pragma omp parallel for if (N * C > cpu::kParallelGrain)
+    for (std::int64_t j = 0; j < C; ++j) {
+      const T a = alpha[j], v = nu(a), dv = -(T(2) * a - T(1)) * v * v * v;
+      T acc = 0;
+      for (std::int64_t i = 0; i < N; ++i) {
+        const std::int64_t k = i * C + j;
+        const T z = h[k] + a * (f[k] - h[k]);
+        acc += dout[k] * (v * (f[k] - h[k]) + dv * z);
+      }
+      dalpha[j] += acc;
+    }
+#pragma omp parallel for if (N * C > cpu::kParallelGrain)
+    for (std::int64_t i = 0; i < N; ++i)
+      for (std::int64_t j = 0; j < C; ++j) {
+        const std::int64_t k = i * C + j;
+        const T g = dout[k] * nu(alpha[j]);
+        df[k] = g * alpha[j];
+        dh[k] = g * (T(1) - alpha[j]);
+      }
+  }
+};
+
+// Spherical interpolation with a per-dimension step. The coefficients use
+// g(β, θ) = sin(βθ)/sin θ, evaluated by its Taylor series for small θ (the
+// LERP limit), and θ is clamped to π − 1e-4 where the geodesic stops being
+// unique (antipodal inputs). Scalar α gives the exact geodesic (z already unit).
+namespace detail {
+struct SlerpCoef {
+  double g;        // sin(βθ)/sin θ
+  double dg_dth_over_sin;  // (∂g/∂θ) / sin θ  (finite as θ → 0)
+  double dg_dbeta; // θ cos(βθ)/sin θ
+};
+inline SlerpCoef slerp_coef(double beta, double th) {
+  SlerpCoef c;
+  if (th < 1e-3) {  // series to θ²: truncation O(θ⁴) ≤ 1e-12 relative
+    const double b2 = beta * beta, t2 = th * th;
+    c.g = beta * (1.0 + (1.0 - b2) * t2 / 6.0);
+    c.dg_dth_over_sin = beta * (1.0 - b2) / 3.0 + beta * (1.0 - b2) * (4.0 - b2) * t2 / 30.0;
+    c.dg_dbeta = 1.0 + (1.0 - 3.0 * b2) * t2 / 6.0;
+  } else {
+    const double s = std::sin(th), co = std::cos(th), sb = std::sin(beta * th), cb = std::cos(beta * th);
+    c.g = sb / s;
+    c.dg_dth_over_sin = (beta * cb * s - sb * co) / (s * s * s);
+    c.dg_dbeta = th * cb / s;
+  }
+  return c;
+}
+inline constexpr double kSlerpMaxTheta = 3.14159265358979323846 - 1e-4;
+}  // namespace detail
+
+template <class T>
+struct ResidualOps<slerp, T> {
+  struct Cache {
+    T* A = nullptr;   // (N,C) N(h)
+    T* Bf = nullptr;  // (N,C) N(f)
+    T* nh = nullptr;  // (N)
+    T* nf = nullptr;  // (N)
+    T* nz = nullptr;  // (N) ‖z‖
+    T* th = nullptr;  // (N) θ (clamped)
+    T* clamped = nullptr;  // (N) 1 where θ hit its clamp (no gradient through θ)
+    T* dot = nullptr;      // (N) backward scratch: out·dout
+    void bind(Arena<T>& a, std::int64_t N, std::int64_t C) {
+      dot = a.take(N);
+      A = a.take(N * C);
+      Bf = a.take(N * C);
+      nh = a.take(N);
+      nf = a.take(N);
+      nz = a.take(N);
+      th = a.take(N);
+      clamped = a.take(N);
+    }
+  };
+
+  static void forward(Cache& c, T* out, const T* h, const T* f, const T* alpha, std::int64_t N, std::int64_t C) {
+#pragma omp parallel for if (N * C > cpu::kParallelGrain)
+    for (std::int64_t i = 0; i < N; ++i) {
+      const T* hi = h + i * C;
+      const T* fi = f + i * C;
+      double sh = 0, sf = 0;
+      for (std::int64_t j = 0; j < C; ++j) {
+        sh += double(hi[j]) * hi[j];
+        sf += double(fi[j]) * fi[j];
+      }
+      const double nh = std::sqrt(sh), nf = std::sqrt(sf);
+      T* A = c.A + i * C;
+      T* Bf = c.Bf + i * C;
+      // θ = 2·atan2(‖A − Bf‖, ‖A + Bf‖): accurate at both ends, where acos(A·Bf) loses half the digits.
+      double sm = 0, sp = 0;
+      for (std::int64_t j = 0; j < C; ++j) {
+        A[j] = T(hi[j] / nh);
+        Bf[j] = T(fi[j] / nf);
+        const double dm = double(A[j]) - Bf[j], dp = double(A[j]) + Bf[j];
+        sm += dm * dm;
+        sp += dp * dp;
+      }
+      double th = 2.0 * std::atan2(std::sqrt(sm), std::sqrt(sp));
+      const bool clamp = th > detail::kSlerpMaxTheta;
+      if (clamp) th = detail::kSlerpMaxTheta;
+      c.nh[i] = T(nh);
+      c.nf[i] = T(nf);
+      c.th[i] = T(th);
+      c.clamped[i] = clamp ? T(1) : T(0);
+      T* o = out + i * C;
+      double sz = 0;
+      for (std::int64_t j = 0; j < C; ++j) {
+        const double a = alpha[j];
+        const double z = detail::slerp_coef(1.0 - a, th).g * A[j] + detail::slerp_coef(a, th).g * Bf[j];
+        o[j] = T(z);
+        sz += z * z;
+      }
+      const double nz = std::sqrt(sz);
+      c.nz[i] = T(nz);
+      for (std::int64_t j = 0; j < C; ++j) o[j] = T(o[j] / nz);
+    }
+  }
+
+  // dz = Nᵀ(out, dout); through z = P A + Q Bf with P = g(1−α,θ), Q = g(α,θ):
+  //   dA = dz ⊙ P + du·Bf, dBf = dz ⊙ Q + du·A, with du = −dθ/sin θ
+  //   = −Σ dz ⊙ (P'/sin θ ⊙ A + Q'/sin θ ⊙ Bf); dα = Σ dz ⊙ (−∂P/∂β ⊙ A + ∂Q/∂β ⊙ Bf).
+  static void backward(T* dh, T* df, T* dalpha, const T* dout, const Cache& c, const T* out, const T* /*h*/,
+                       const T* /*f*/, const T* alpha, std::int64_t N, std::int64_t C) {
+#pragma omp parallel for if (N * C > cpu::kParallelGrain)
+    for (std::int64_t i = 0; i < N; ++i) {
+      double d = 0;
+      for (std::int64_t j = 0; j < C; ++j) d += double(out[i * C + j]) * dout[i * C + j];
+      c.dot[i] = T(d);
+    }
+    // dα first (column-parallel, deterministic), before dh overwrites dout.
+#pragma omp parallel for if (N * C > cpu::kParallelGrain)
+    for (std::int64_t j = 0; j < C; ++j) {
+      double acc = 0;
+      const double a = alpha[j];
+      for (std::int64_t i = 0; i < N; ++i) {
+        const std::int64_t k = i * C + j;
+        const double dz = (dout[k] - out[k] * double(c.dot[i])) / c.nz[i];
+        const double th = c.th[i];
+        acc += dz * (-detail::slerp_coef(1.0 - a, th).dg_dbeta * c.A[k] + detail::slerp_coef(a, th).dg_dbeta * c.Bf[k]);
+      }
+      dalpha[j] += T(acc);
+    }
+#pragma omp parallel for if (N * C > cpu::kParallelGrain)
+    for (std::int64_t i = 0; i < N; ++i) {
+      const T* o = out + i * C;
+      const T* g = dout + i * C;
+      const T* A = c.A + i * C;
+      const T* Bf = c.Bf + i * C;
+      const double th = c.th[i];
+      const double d = c.dot[i];
+      const double inz = 1.0 / c.nz[i];
+      double du = 0;
+      if (c.clamped[i] == T(0))
+        for (std::int64_t j = 0; j < C; ++j) {
+          const double dz = (g[j] - o[j] * d) * inz, a = alpha[j];
+          du -= dz * (detail::slerp_coef(1.0 - a, th).dg_dth_over_sin * A[j] +
+                      detail::slerp_coef(a, th).dg_dth_over_sin * Bf[j]);
+        }
+      // dA, dBf, then through the two row normalizations (need A·dA, Bf·dBf).
+      double sA = 0, sB = 0;
+      for (std::int64_t j = 0; j < C; ++j) {
+        const double dz = (g[j] - o[j] * d) * inz, a = alpha[j];
+        const double dA = dz * detail::slerp_coef(1.0 - a, th).g + du * Bf[j];
+        const double dB = dz * detail::slerp_coef(a, th).g + du * A[j];
+        sA += A[j] * dA;
+        sB += Bf[j] * dB;
+      }
+      const double inh = 1.0 / c.nh[i], inf = 1.0 / c.nf[i];
+      T* dhi = dh + i * C;
+      T* dfi = df + i * C;
+      for (std::int64_t j = 0; j < C; ++j) {
+        const double dz = (g[j] - o[j] * d) * inz, a = alpha[j];
+        const double dA = dz * detail::slerp_coef(1.0 - a, th).g + du * Bf[j];
+        const double dB = dz * detail::slerp_coef(a, th).g + du * A[j];
+        dfi[j] = T((dB - Bf[j] * sB) * inf);
+        dhi[j] = T((dA - A[j] * sA) * inh);  // last: dhi may alias g
       }
     }
   }

@@ -10,23 +10,31 @@
 namespace normlab {
 namespace variants {
 
-// Pre-norm GPT with RMSNorm and the plain residual add (the baseline).
-struct gpt {
-  static constexpr std::string_view name = "gpt";
-  template <class T>
-  using model = Transformer<T, prenorm_rms, residual_add>;
-};
+#define NORMLAB_VARIANT(NAME, SCHEME, RULE, WHAT)   \
+  struct NAME {                                     \
+    static constexpr std::string_view name = #NAME; \
+    static constexpr std::string_view isolates = WHAT; \
+    template <class T>                              \
+    using model = Transformer<T, SCHEME, RULE>;     \
+  };
 
-// nGPT: everything on the unit sphere, LERP-retract residual with learned α.
-struct ngpt {
-  static constexpr std::string_view name = "ngpt";
-  template <class T>
-  using model = Transformer<T, sphere, lerp_retract>;
-};
+// The ablation matrix (docs/variants.md). Each row is one type.
+NORMLAB_VARIANT(gpt, prenorm_rms, residual_add, "baseline: pre-norm RMSNorm + residual add")
+NORMLAB_VARIANT(gpt_qknorm, prenorm_rms_qknorm, residual_add, "GPT+ with RMSNorm (learned gain) on q and k")
+NORMLAB_VARIANT(gpt_alpha, prenorm_rms, lerp, "the learned step alpha without the sphere")
+NORMLAB_VARIANT(ngpt, sphere, lerp_retract, "nGPT as published")
+NORMLAB_VARIANT(ngpt_slerp, sphere, slerp, "geodesic (SLERP) instead of LERP + retraction")
+NORMLAB_VARIANT(ngpt_noqknorm, sphere_noqknorm, lerp_retract, "nGPT without normalizing q and k")
+NORMLAB_VARIANT(ngpt_scalar, sphere_scalar, lerp_retract, "one scalar each for alpha, s_qk, s_uv, s_z")
+NORMLAB_VARIANT(angpt, scalar_factors, lerp_nu, "anGPT: constant factors instead of exact norms")
+
+#undef NORMLAB_VARIANT
 
 }  // namespace variants
 
-using all_variants = std::tuple<variants::gpt, variants::ngpt>;
+using all_variants =
+    std::tuple<variants::gpt, variants::gpt_qknorm, variants::gpt_alpha, variants::ngpt, variants::ngpt_slerp,
+               variants::ngpt_noqknorm, variants::ngpt_scalar, variants::angpt>;
 
 // Calls f(Tag{}) for the variant called `name`; returns false if none matches.
 template <class F>

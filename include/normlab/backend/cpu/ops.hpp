@@ -16,6 +16,10 @@
 
 namespace normlab::cpu {
 
+// Below this many elements of work a parallel region costs more than it saves
+// (a fork/join is a few microseconds; tiny models would spend most time there).
+inline constexpr std::int64_t kParallelGrain = 1 << 15;
+
 template <class T>
 using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 template <class T>
@@ -53,7 +57,7 @@ void linear_backward(T* dX, T* dW, const T* dY, const T* X, const T* W, std::int
 // out(N,C) = wte[idx]
 template <class T>
 void embedding_forward(T* out, const std::int64_t* idx, const T* wte, std::int64_t N, std::int64_t C) {
-#pragma omp parallel for
+#pragma omp parallel for if (N * C > kParallelGrain)
   for (std::int64_t i = 0; i < N; ++i) std::copy_n(wte + idx[i] * C, C, out + i * C);
 }
 
@@ -71,7 +75,7 @@ void embedding_backward(T* dwte, const std::int64_t* idx, const T* dout, std::in
 // y = x / sqrt(mean(x²) + eps) ⊙ w ; rstd(N) saved for backward
 template <class T>
 void rmsnorm_forward(T* y, T* rstd, const T* x, const T* w, std::int64_t N, std::int64_t C, T eps) {
-#pragma omp parallel for
+#pragma omp parallel for if (N * C > kParallelGrain)
   for (std::int64_t i = 0; i < N; ++i) {
     const T* xi = x + i * C;
     T ss = 0;
@@ -87,7 +91,7 @@ void rmsnorm_forward(T* y, T* rstd, const T* x, const T* w, std::int64_t N, std:
 template <class T>
 void rmsnorm_backward(T* dx, T* dw, const T* dy, const T* x, const T* w, const T* rstd, std::int64_t N,
                       std::int64_t C) {
-#pragma omp parallel for
+#pragma omp parallel for if (N * C > kParallelGrain)
   for (std::int64_t i = 0; i < N; ++i) {
     const T* xi = x + i * C;
     const T* gi = dy + i * C;
@@ -98,7 +102,7 @@ void rmsnorm_backward(T* dx, T* dw, const T* dy, const T* x, const T* w, const T
     T* di = dx + i * C;
     for (std::int64_t c = 0; c < C; ++c) di[c] = r * gi[c] * w[c] - k * xi[c];
   }
-#pragma omp parallel for
+#pragma omp parallel for if (N * C > kParallelGrain)
   for (std::int64_t c = 0; c < C; ++c) {
     T acc = 0;
     for (std::int64_t i = 0; i < N; ++i) acc += dy[i * C + c] * x[i * C + c] * rstd[i];
@@ -110,7 +114,7 @@ void rmsnorm_backward(T* dx, T* dw, const T* dy, const T* x, const T* w, const T
 // Rows of length L (a token's d, or one head's dk): y = x/‖x‖, norm saved. No epsilon, as the reference.
 template <class T>
 void l2norm_rows_forward(T* y, T* norm, const T* x, std::int64_t rows, std::int64_t L) {
-#pragma omp parallel for
+#pragma omp parallel for if (rows * L > kParallelGrain)
   for (std::int64_t i = 0; i < rows; ++i) {
     const T* xi = x + i * L;
     T ss = 0;
@@ -126,7 +130,7 @@ void l2norm_rows_forward(T* y, T* norm, const T* x, std::int64_t rows, std::int6
 // dx = (dy − y (y·dy)) / ‖x‖ ; dx may alias dy
 template <class T>
 void l2norm_rows_backward(T* dx, const T* dy, const T* y, const T* norm, std::int64_t rows, std::int64_t L) {
-#pragma omp parallel for
+#pragma omp parallel for if (rows * L > kParallelGrain)
   for (std::int64_t i = 0; i < rows; ++i) {
     const T* yi = y + i * L;
     const T* gi = dy + i * L;
@@ -157,7 +161,7 @@ void rope_apply(T* x, const T* cosv, const T* sinv, std::int64_t B, std::int64_t
                 std::int64_t dk, bool inverse) {
   const std::int64_t h = dk / 2;
   const T sgn = inverse ? T(-1) : T(1);
-#pragma omp parallel for
+#pragma omp parallel for if (B * Tn * H * dk > kParallelGrain)
   for (std::int64_t bt = 0; bt < B * Tn; ++bt) {
     const std::int64_t p = bt % Tn;
     for (std::int64_t hd = 0; hd < H; ++hd) {
@@ -178,7 +182,7 @@ template <class T>
 void attention_forward(T* y, T* P, const T* q, const T* k, const T* v, std::int64_t B, std::int64_t Tn,
                        std::int64_t H, std::int64_t dk, T scale) {
   const std::int64_t C = H * dk;
-#pragma omp parallel for
+#pragma omp parallel for if (B * H * Tn * Tn * dk > kParallelGrain)
   for (std::int64_t bh = 0; bh < B * H; ++bh) {
     const std::int64_t b = bh / H, hd = bh % H;
     const std::int64_t off = b * Tn * C + hd * dk;
@@ -211,7 +215,7 @@ template <class T>
 void attention_backward(T* dq, T* dk_, T* dv, T* scratch, const T* dy, const T* P, const T* q, const T* k,
                         const T* v, std::int64_t B, std::int64_t Tn, std::int64_t H, std::int64_t dk, T scale) {
   const std::int64_t C = H * dk;
-#pragma omp parallel for
+#pragma omp parallel for if (B * H * Tn * Tn * dk > kParallelGrain)
   for (std::int64_t bh = 0; bh < B * H; ++bh) {
     const std::int64_t b = bh / H, hd = bh % H;
     const std::int64_t off = b * Tn * C + hd * dk;
@@ -248,7 +252,7 @@ inline T sigmoid(T x) {
 
 template <class T>
 void swiglu_forward(T* act, const T* uv, std::int64_t N, std::int64_t F) {
-#pragma omp parallel for
+#pragma omp parallel for if (N * F > kParallelGrain)
   for (std::int64_t i = 0; i < N; ++i) {
     const T* u = uv + i * 2 * F;
     const T* g = u + F;
@@ -260,7 +264,7 @@ void swiglu_forward(T* act, const T* uv, std::int64_t N, std::int64_t F) {
 // du = dact ⊙ silu(g); dg = dact ⊙ u ⊙ σ(g)(1 + g(1 − σ(g)))
 template <class T>
 void swiglu_backward(T* duv, const T* dact, const T* uv, std::int64_t N, std::int64_t F) {
-#pragma omp parallel for
+#pragma omp parallel for if (N * F > kParallelGrain)
   for (std::int64_t i = 0; i < N; ++i) {
     const T* u = uv + i * 2 * F;
     const T* g = u + F;
@@ -279,7 +283,7 @@ void swiglu_backward(T* duv, const T* dact, const T* uv, std::int64_t N, std::in
 // y(N,L) = x ⊙ s (s broadcast over rows); y may alias x.
 template <class T>
 void scale_columns(T* y, const T* x, const T* s, std::int64_t N, std::int64_t L) {
-#pragma omp parallel for
+#pragma omp parallel for if (N * L > kParallelGrain)
   for (std::int64_t i = 0; i < N; ++i)
     for (std::int64_t j = 0; j < L; ++j) y[i * L + j] = x[i * L + j] * s[j];
 }
@@ -287,11 +291,22 @@ void scale_columns(T* y, const T* x, const T* s, std::int64_t N, std::int64_t L)
 // ds(L) += c · Σ_rows dy ⊙ x  (column-parallel: deterministic)
 template <class T>
 void column_dot_accumulate(T* ds, const T* dy, const T* x, std::int64_t N, std::int64_t L, T c = T(1)) {
-#pragma omp parallel for
+#pragma omp parallel for if (N * L > kParallelGrain)
   for (std::int64_t j = 0; j < L; ++j) {
     T acc = 0;
     for (std::int64_t i = 0; i < N; ++i) acc += dy[i * L + j] * x[i * L + j];
     ds[j] += c * acc;
+  }
+}
+
+// ds(L) += Σ_rows dy ⊙ (a − b)  (column-parallel)
+template <class T>
+void column_dot_accumulate_diff(T* ds, const T* dy, const T* a, const T* b, std::int64_t N, std::int64_t L) {
+#pragma omp parallel for if (N * L > kParallelGrain)
+  for (std::int64_t j = 0; j < L; ++j) {
+    T acc = 0;
+    for (std::int64_t i = 0; i < N; ++i) acc += dy[i * L + j] * (a[i * L + j] - b[i * L + j]);
+    ds[j] += acc;
   }
 }
 
@@ -301,7 +316,7 @@ void column_dot_accumulate(T* ds, const T* dy, const T* x, std::int64_t N, std::
 template <class T>
 double cross_entropy(T* dlogits, const T* logits, const std::int64_t* targets, std::int64_t N, std::int64_t V) {
   std::vector<double> row_loss(static_cast<std::size_t>(N));
-#pragma omp parallel for
+#pragma omp parallel for if (N * V > kParallelGrain)
   for (std::int64_t i = 0; i < N; ++i) {
     const T* l = logits + i * V;
     T mx = l[0];

@@ -1,0 +1,488 @@
+// normlab::ablate: curve reading, time-to-target, aggregation, the markdown
+// report, and (when CMake passes NORMLAB_ABLATE_EXE) the normlab-ablate CLI run
+// end to end against fake trainers written as shell scripts.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "normlab/train/ablate.hpp"
+
+namespace fs = std::filesystem;
+namespace ab = normlab::ablate;
+
+namespace {
+
+// A fresh directory under the system temp dir, removed when the test ends.
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    std::random_device rd;
+    path = fs::temp_directory_path() /
+           ("normlab_ablate_test_" + std::to_string(::getpid()) + "_" + std::to_string(rd()));
+    fs::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+};
+
+void write(const fs::path& p, const std::string& text) {
+  fs::create_directories(p.parent_path());
+  std::ofstream f(p, std::ios::binary);
+  f << text;
+  REQUIRE(f.good());
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// The table row of `variant` ("| variant ..." up to the newline), or "".
+std::string row_of(const std::string& md, const std::string& variant) {
+  std::istringstream is(md);
+  std::string line;
+  while (std::getline(is, line))
+    if (line.rfind("| " + variant + " ", 0) == 0) return line;
+  return {};
+}
+
+struct Point {
+  double tokens, loss, elapsed;
+};
+
+// metrics.jsonl text: a training line and an eval line per point.
+std::string metrics_text(const std::vector<Point>& pts) {
+  std::string s;
+  int step = 0;
+  char buf[512];
+  for (const auto& p : pts) {
+    step += 10;
+    std::snprintf(buf, sizeof buf,
+                  "{\"step\": %d, \"tokens\": %.17g, \"train_loss\": %.17g, \"lr\": 0.001, \"step_time_s\": 0.1, "
+                  "\"tokens_per_s\": 10000.0, \"elapsed_s\": %.17g}\n"
+                  "{\"step\": %d, \"tokens\": %.17g, \"val_loss\": %.17g, \"elapsed_s\": %.17g}\n",
+                  step, p.tokens, p.loss + 0.1, p.elapsed, step, p.tokens, p.loss, p.elapsed);
+    s += buf;
+  }
+  return s;
+}
+
+std::string summary_text(const std::string& variant, int seed, const std::vector<Point>& pts, double step_time_s,
+                         const char* floor = "null") {
+  char buf[1024];
+  const int steps = int(pts.size()) * 10;
+  std::snprintf(buf, sizeof buf,
+                "{\"variant\": \"%s\", \"seed\": %d, \"steps\": %d, \"tokens\": %.17g, \"final_val_loss\": %.17g, "
+                "\"mean_step_time_s\": %.17g, \"total_time_s\": %.17g, \"params\": 1234, \"entropy_floor_nats\": %s, "
+                "\"data\": \"synthetic corpus\"}\n",
+                variant.c_str(), seed, steps, pts.back().tokens, pts.back().loss, step_time_s, pts.back().elapsed,
+                floor);
+  return buf;
+}
+
+ab::Run make_run(const fs::path& root, const std::string& variant, int seed, const std::vector<Point>& pts,
+                 double step_time_s, const char* floor = "null") {
+  const fs::path dir = root / variant / ("seed" + std::to_string(seed));
+  write(dir / "metrics.jsonl", metrics_text(pts));
+  write(dir / "summary.json", summary_text(variant, seed, pts, step_time_s, floor));
+  return ab::load_run(dir, variant, seed);
+}
+
+// Linear loss from `from` to `to` over 10 evals of 10k tokens, `dt` seconds per eval.
+std::vector<Point> linear(double from, double to, double dt) {
+  std::vector<Point> pts;
+  for (int i = 1; i <= 10; ++i) pts.push_back({i * 10000.0, from + (to - from) * i / 10.0, i * dt});
+  return pts;
+}
+
+}  // namespace
+
+TEST_CASE("ablate: tokens_to_reach interpolates between the bracketing eval points", "[ablate]") {
+  ab::Curve c;
+  c.tokens = {100, 200, 300, 400};
+  c.val_loss = {3.0, 2.5, 2.0, 2.2};
+  c.elapsed_s = {1, 2, 4, 5};
+  CHECK(*ab::tokens_to_reach(c, 2.25) == Approx(250));
+  CHECK(*ab::seconds_to_reach(c, 2.25) == Approx(3));
+  CHECK(*ab::tokens_to_reach(c, 2.75) == Approx(150));
+  // Exactly on a point: that point.
+  CHECK(*ab::tokens_to_reach(c, 2.5) == Approx(200));
+  CHECK(*ab::seconds_to_reach(c, 2.0) == Approx(4));
+  // Already below the target at the first eval: nothing before it to interpolate from.
+  CHECK(*ab::tokens_to_reach(c, 3.5) == Approx(100));
+  // The first crossing counts even if the curve later goes back up.
+  CHECK(*ab::tokens_to_reach(c, 2.1) == Approx(280));
+}
+
+TEST_CASE("ablate: tokens_to_reach is nullopt when the target is never reached", "[ablate]") {
+  ab::Curve c;
+  c.tokens = {100, 200};
+  c.val_loss = {3.0, 2.5};
+  c.elapsed_s = {1, 2};
+  CHECK_FALSE(ab::tokens_to_reach(c, 2.4).has_value());
+  CHECK_FALSE(ab::seconds_to_reach(c, 2.4).has_value());
+  CHECK_FALSE(ab::tokens_to_reach(ab::Curve{}, 10.0).has_value());
+  CHECK_FALSE(ab::tokens_to_reach(c, std::nan("")).has_value());
+  // A diverged (NaN) eval never reaches, and is not used to interpolate from.
+  ab::Curve d;
+  d.tokens = {100, 200, 300};
+  d.val_loss = {3.0, std::nan(""), 2.0};
+  d.elapsed_s = {1, 2, 3};
+  CHECK(*ab::tokens_to_reach(d, 2.5) == Approx(300));
+}
+
+TEST_CASE("ablate: mean and sample standard deviation over seeds", "[ablate]") {
+  const ab::Stats s = ab::mean_sd({1, 2, 3, 4});
+  CHECK(s.n == 4);
+  CHECK(s.mean == Approx(2.5));
+  CHECK(s.sd == Approx(std::sqrt(5.0 / 3.0)));  // n - 1 in the denominator
+  const ab::Stats one = ab::mean_sd({7});
+  CHECK(one.n == 1);
+  CHECK(one.mean == Approx(7));
+  CHECK(std::isnan(one.sd));
+  CHECK(std::isnan(ab::mean_sd({}).mean));
+
+  const ab::ReachStats all = ab::aggregate_reach({10.0, 20.0});
+  CHECK(all.all_reached());
+  CHECK(all.stats.mean == Approx(15));
+  CHECK(all.stats.sd == Approx(std::sqrt(50.0)));
+  const ab::ReachStats some = ab::aggregate_reach({10.0, std::nullopt, 30.0});
+  CHECK_FALSE(some.all_reached());
+  CHECK(some.n == 3);
+  CHECK(some.reached == 2);
+  CHECK(some.not_reached() == 1);
+}
+
+TEST_CASE("ablate: results_markdown reports speedups against the gpt baseline", "[ablate]") {
+  TempDir tmp;
+  // gpt: 4.0 -> 2.0 over 100k tokens, 1 s per eval (10 s in all), both seeds.
+  // ngpt: 4.0 -> 0.0, so it reaches 2.0 at 50k tokens (half the tokens), but at 2 s
+  // per eval that is 10 s: the same wall-clock time.
+  std::vector<ab::VariantRuns> runs;
+  runs.push_back({"ngpt", {make_run(tmp.path, "ngpt", 1, linear(4.0, 0.0, 2.0), 0.2),
+                           make_run(tmp.path, "ngpt", 2, linear(4.0, 0.0, 2.0), 0.2)}});
+  runs.push_back({"gpt", {make_run(tmp.path, "gpt", 1, linear(4.0, 2.0, 1.0), 0.1, "1.25"),
+                          make_run(tmp.path, "gpt", 2, linear(4.0, 2.0, 1.0), 0.1, "1.25")}});
+  // slow: one seed gets there (4.0 -> 1.9 ends below 2.0), the other does not.
+  runs.push_back({"slow", {make_run(tmp.path, "slow", 1, linear(4.0, 1.9, 1.0), 0.1),
+                           make_run(tmp.path, "slow", 2, linear(4.0, 2.1, 1.0), 0.1)}});
+
+  const ab::Analysis a = ab::analyze(runs);
+  CHECK(a.baseline == "gpt");
+  CHECK(a.baseline_is_gpt);
+  CHECK(a.target_loss == Approx(2.0));
+  CHECK(a.ref_tokens == Approx(100000));
+  CHECK(a.ref_seconds == Approx(10));
+  REQUIRE(a.rows.size() == 3);
+  CHECK(a.rows[0].tokens_to_target.stats.mean == Approx(50000));
+  CHECK(*a.rows[0].speedup_tokens == Approx(2.0));
+  CHECK(*a.rows[0].speedup_time == Approx(1.0));
+  CHECK(*a.rows[1].speedup_tokens == Approx(1.0));
+  CHECK_FALSE(a.rows[2].speedup_tokens.has_value());
+
+  ab::ReportInfo info;
+  info.date = "2025-01-02 03:04:05 UTC";
+  info.command_line = "normlab-ablate --variants ngpt,gpt,slow --seeds 1,2 --out x -- --steps 100";
+  info.config = "--steps 100";
+  const std::string md = ab::results_markdown(runs, info);
+  INFO(md);
+  CHECK(md.find("2025-01-02 03:04:05 UTC") != std::string::npos);
+  CHECK(md.find("--variants ngpt,gpt,slow") != std::string::npos);
+  CHECK(md.find("synthetic corpus") != std::string::npos);  // data description from summary.json
+  CHECK(md.find("Seeds: 1, 2 (n = 2)") != std::string::npos);
+  CHECK(md.find("Entropy floor of the data: 1.2500 nats") != std::string::npos);
+  CHECK(md.find("Baseline: gpt") != std::string::npos);
+
+  const std::string ngpt = row_of(md, "ngpt");
+  const std::string gpt = row_of(md, "gpt (baseline)");
+  const std::string slow = row_of(md, "slow");
+  REQUIRE_FALSE(ngpt.empty());
+  REQUIRE_FALSE(gpt.empty());
+  REQUIRE_FALSE(slow.empty());
+  // | variant | seeds | final | tokens | speedup tok | time | speedup time | step ms | tokens/s |
+  CHECK(ngpt == "| ngpt | 2 | 0.0000 ± 0.0000 | 50000 ± 0 | 2.00 | 10.0 ± 0.0 | 1.00 | 200.0 ± 0.0 | 5000 ± 0 |");
+  CHECK(gpt == "| gpt (baseline) | 2 | 2.0000 ± 0.0000 | 100000 ± 0 | 1.00 | 10.0 ± 0.0 | 1.00 | 100.0 ± 0.0 | 10000 ± 0 |");
+  CHECK(slow.find("| 2.0000 ± 0.1414 |") != std::string::npos);  // (1.9, 2.1): sd = 0.1 * sqrt(2)
+  CHECK(slow.find("not reached in 1/2 seeds") != std::string::npos);
+  CHECK(slow.find("n/a (target not reached)") != std::string::npos);
+}
+
+TEST_CASE("ablate: without gpt the first variant is the baseline and the table says so", "[ablate]") {
+  TempDir tmp;
+  std::vector<ab::VariantRuns> runs;
+  runs.push_back({"ngpt", {make_run(tmp.path, "ngpt", 1, linear(4.0, 2.0, 1.0), 0.1)}});
+  runs.push_back({"angpt", {make_run(tmp.path, "angpt", 1, linear(4.0, 0.0, 1.0), 0.1)}});
+  const std::string md = ab::results_markdown(runs, {});
+  INFO(md);
+  CHECK(md.find("Baseline: ngpt (gpt is not in this ablation, so the first variant is the baseline)") !=
+        std::string::npos);
+  CHECK(md.find("Entropy floor") == std::string::npos);  // unknown: not printed
+  // One seed: no "±".
+  CHECK(row_of(md, "ngpt (baseline)") == "| ngpt (baseline) | 1 | 2.0000 | 100000 | 1.00 | 10.0 | 1.00 | 100.0 | 10000 |");
+  CHECK(row_of(md, "angpt") == "| angpt | 1 | 0.0000 | 50000 | 2.00 | 5.0 | 2.00 | 100.0 | 10000 |");
+}
+
+TEST_CASE("ablate: baseline seeds straddling their mean: honest baseline row, speedups from the reference",
+          "[ablate]") {
+  TempDir tmp;
+  std::vector<ab::VariantRuns> runs;
+  runs.push_back({"gpt", {make_run(tmp.path, "gpt", 1, linear(4.0, 1.9, 1.0), 0.1),
+                          make_run(tmp.path, "gpt", 2, linear(4.0, 2.1, 1.0), 0.1)}});
+  runs.push_back({"ngpt", {make_run(tmp.path, "ngpt", 1, linear(4.0, 0.0, 1.0), 0.1),
+                           make_run(tmp.path, "ngpt", 2, linear(4.0, 0.0, 1.0), 0.1)}});
+  const std::string md = ab::results_markdown(runs, {});
+  INFO(md);
+  CHECK(row_of(md, "gpt (baseline)").find("not reached in 1/2 seeds") != std::string::npos);
+  CHECK(md.find("1/2 baseline seeds end above") != std::string::npos);
+  CHECK(row_of(md, "ngpt").find("| 50000 ± 0 | 2.00 | 5.0 ± 0.0 | 2.00 |") != std::string::npos);
+}
+
+TEST_CASE("ablate: a diverged baseline gives no target and no made-up speedups", "[ablate]") {
+  TempDir tmp;
+  const fs::path dir = tmp.path / "gpt" / "seed1";
+  write(dir / "metrics.jsonl", "{\"step\": 10, \"tokens\": 100, \"val_loss\": null, \"elapsed_s\": 1.0}\n");
+  write(dir / "summary.json",
+        "{\"variant\": \"gpt\", \"seed\": 1, \"steps\": 10, \"tokens\": 100, \"final_val_loss\": null, "
+        "\"mean_step_time_s\": 0.1, \"total_time_s\": 1.0}");
+  std::vector<ab::VariantRuns> runs;
+  runs.push_back({"gpt", {ab::load_run(dir, "gpt", 1)}});
+  runs.push_back({"ngpt", {make_run(tmp.path, "ngpt", 1, linear(4.0, 0.0, 1.0), 0.1)}});
+  const std::string md = ab::results_markdown(runs, {});
+  INFO(md);
+  CHECK(md.find("not finite") != std::string::npos);
+  CHECK(row_of(md, "ngpt") == "| ngpt | 1 | 0.0000 | n/a (no target) | n/a (no target) | n/a (no target) | "
+                              "n/a (no target) | 100.0 | 10000 |");
+  CHECK(row_of(md, "gpt (baseline)").find("| nan |") != std::string::npos);
+}
+
+TEST_CASE("ablate: malformed metrics lines are errors naming the file and line", "[ablate]") {
+  TempDir tmp;
+  const fs::path p = tmp.path / "metrics.jsonl";
+  const std::string good = "{\"step\": 10, \"tokens\": 100, \"val_loss\": 3.0, \"elapsed_s\": 1.0}\n";
+  auto message = [&](const std::string& text) {
+    write(p, text);
+    try {
+      ab::read_val_curve(p);
+    } catch (const normlab::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  const std::string where = p.string() + ":";
+
+  std::string m = message(good + "\n{\"step\": 20, \"tokens\": 2\n");
+  CHECK(m.find(where + "3") != std::string::npos);  // the blank line 2 still counts
+  CHECK(m.find("malformed JSON") != std::string::npos);
+
+  m = message(good + "{\"step\": 20, \"val_loss\": 2.5, \"elapsed_s\": 2.0}\n");
+  CHECK(m.find(where + "2") != std::string::npos);
+  CHECK(m.find("\"tokens\"") != std::string::npos);
+
+  m = message(good + "{\"step\": 20, \"tokens\": 200, \"val_loss\": \"low\", \"elapsed_s\": 2.0}\n");
+  CHECK(m.find(where + "2") != std::string::npos);
+  CHECK(m.find("val_loss") != std::string::npos);
+
+  m = message(good + "[1, 2]\n");
+  CHECK(m.find(where + "2") != std::string::npos);
+
+  m = message(good + good);
+  CHECK(m == "(no error)");  // same tokens twice is allowed
+  m = message(good + "{\"step\": 5, \"tokens\": 50, \"val_loss\": 3.0, \"elapsed_s\": 0.5}\n");
+  CHECK(m.find(where + "2") != std::string::npos);
+  CHECK(m.find("backwards") != std::string::npos);
+
+  CHECK_THROWS_WITH(ab::read_val_curve(tmp.path / "nope.jsonl"), Catch::Contains("nope.jsonl"));
+
+  // null val_loss (a diverged eval) reads as NaN; training-only lines are skipped.
+  write(p, "{\"step\": 1, \"tokens\": 10, \"train_loss\": 9.0, \"elapsed_s\": 0.1}\n" + good +
+               "{\"step\": 20, \"tokens\": 200, \"val_loss\": null, \"elapsed_s\": 2.0}\n");
+  const ab::Curve c = ab::read_val_curve(p);
+  REQUIRE(c.size() == 2);
+  CHECK(c.tokens[0] == 100);
+  CHECK(std::isnan(c.val_loss[1]));
+}
+
+TEST_CASE("ablate: summary.json errors name the file and the field", "[ablate]") {
+  TempDir tmp;
+  const fs::path dir = tmp.path / "gpt" / "seed1";
+  write(dir / "metrics.jsonl", metrics_text(linear(4, 2, 1)));
+  write(dir / "summary.json", "{\"variant\": \"gpt\", \"seed\": 1, \"steps\": 100, \"tokens\": 1000}");
+  CHECK_THROWS_WITH(ab::load_run(dir, "gpt", 1),
+                    Catch::Contains("summary.json") && Catch::Contains("mean_step_time_s"));
+  write(dir / "summary.json", summary_text("ngpt", 1, linear(4, 2, 1), 0.1));
+  CHECK_THROWS_WITH(ab::load_run(dir, "gpt", 1), Catch::Contains("expected \"gpt\""));
+}
+
+TEST_CASE("ablate: the gnuplot script has every run, the target and the entropy floor", "[ablate]") {
+  TempDir tmp;
+  std::vector<ab::VariantRuns> runs;
+  runs.push_back({"gpt", {make_run(tmp.path, "gpt", 1, linear(4.0, 2.0, 1.0), 0.1)}});
+  runs.push_back({"ngpt", {make_run(tmp.path, "ngpt", 3, linear(4.0, 0.0, 1.0), 0.1)}});
+  const std::string gp = ab::loss_plot_script(runs, ab::analyze(runs), 1.5, "a.png", "a.svg");
+  CHECK(gp.find("'gpt seed 1'") != std::string::npos);
+  CHECK(gp.find("'ngpt seed 3'") != std::string::npos);
+  CHECK(gp.find("(target)") != std::string::npos);
+  CHECK(gp.find("entropy floor 1.5000") != std::string::npos);
+  CHECK(gp.find("set output 'a.png'") != std::string::npos);
+  CHECK(gp.find("set output 'a.svg'") != std::string::npos);
+}
+
+#ifdef NORMLAB_ABLATE_EXE
+
+namespace {
+
+// A fake trainer: parses --seed/--out (without consuming its arguments), records
+// its arguments one per line in OUT/args.txt, and writes metrics.jsonl and
+// summary.json whose val loss goes 4.0 -> `to` over 100k tokens. Only shell
+// builtins, so it works with any PATH.
+void fake_trainer(const fs::path& bin, const std::string& variant, double to, int exit_code = 0) {
+  const fs::path p = bin / ("train-" + variant);
+  std::string metrics;
+  for (const auto& line : [&] {
+         std::vector<std::string> lines;
+         std::istringstream is(metrics_text(linear(4.0, to, 1.0)));
+         std::string l;
+         while (std::getline(is, l)) lines.push_back(l);
+         return lines;
+       }())
+    metrics += "printf '%s\\n' '" + line + "'\n";
+  char summary[512];
+  std::snprintf(summary, sizeof summary,
+                "printf '{\"variant\": \"%s\", \"seed\": %%s, \"steps\": 100, \"tokens\": 100000, "
+                "\"final_val_loss\": %.17g, \"mean_step_time_s\": 0.1, \"total_time_s\": 10.0, \"params\": 10, "
+                "\"entropy_floor_nats\": 1.0, \"data\": \"fake data\"}\\n' \"$seed\"",
+                variant.c_str(), to);
+  std::string text = "#!/bin/sh\n"
+                     "seed=''; out=''; prev=''\n"
+                     "for a in \"$@\"; do\n"
+                     "  case \"$prev\" in --seed) seed=$a ;; --out) out=$a ;; esac\n"
+                     "  prev=$a\n"
+                     "done\n"
+                     "echo \"fake train-" + variant + " seed $seed\"\n";
+  if (exit_code != 0) text += "exit " + std::to_string(exit_code) + "\n";
+  text += "printf '%s\\n' \"$@\" > \"$out/args.txt\"\n"
+          "{\n" + metrics + "} > \"$out/metrics.jsonl\"\n" +
+          summary + " > \"$out/summary.json\"\n";
+  write(p, text);
+  fs::permissions(p, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec, fs::perm_options::replace);
+}
+
+// Runs normlab-ablate with `args` (already shell-quoted), output into `log`.
+int run_ablate(const std::string& args, const fs::path& log, const std::string& env = "") {
+  const std::string cmd = env + " '" + std::string(NORMLAB_ABLATE_EXE) + "' " + args + " > '" + log.string() + "' 2>&1";
+  const int st = std::system(cmd.c_str());
+  REQUIRE(st != -1);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+}  // namespace
+
+TEST_CASE("ablate: normlab-ablate runs fake trainers and writes results.md", "[ablate][cli]") {
+  TempDir tmp;
+  const fs::path bin = tmp.path / "bin", out = tmp.path / "out", log = tmp.path / "log.txt";
+  fs::create_directories(bin);
+  fake_trainer(bin, "gpt", 2.0);
+  fake_trainer(bin, "ngpt", 0.0);
+
+  const int rc = run_ablate("--variants gpt,ngpt --seeds 1,2 --out '" + out.string() + "' --bin-dir '" +
+                                bin.string() + "' -- --steps 100 --data 'two words' --lr=0.01",
+                            log);
+  const std::string text = slurp(log);
+  INFO(text);
+  REQUIRE(rc == 0);
+  CHECK(text.find("fake train-ngpt seed 2") != std::string::npos);  // the child's output is streamed through
+  REQUIRE(fs::exists(out / "results.md"));
+  const std::string md = slurp(out / "results.md");
+  CHECK(row_of(md, "gpt (baseline)").find("| 2 | 2.0000 ± 0.0000 |") != std::string::npos);
+  CHECK(row_of(md, "ngpt").find("| 50000 ± 0 | 2.00 |") != std::string::npos);
+  CHECK(md.find("fake data") != std::string::npos);
+  CHECK(md.find("Entropy floor of the data: 1.0000 nats") != std::string::npos);
+  CHECK(md.find("--steps 100 --data 'two words' --lr=0.01") != std::string::npos);
+  CHECK(text.find("| ngpt |") != std::string::npos);  // the table is printed too
+  CHECK(fs::exists(out / "loss.gp"));
+  CHECK(fs::exists(out / "ablation.json"));
+
+  // Arguments reach the trainer as given: no shell re-parsing of "two words".
+  const std::string args = slurp(out / "ngpt" / "seed2" / "args.txt");
+  CHECK(args == "--seed\n2\n--out\n" + (out / "ngpt" / "seed2").string() +
+                    "\n--steps\n100\n--data\ntwo words\n--lr=0.01\n");
+
+  if (text.find("gnuplot not found") == std::string::npos) {
+    CHECK(fs::file_size(out / "loss_vs_tokens.png") > 0);
+    CHECK(fs::file_size(out / "loss_vs_tokens.svg") > 0);
+    CHECK(text.find("loss_vs_tokens.png") != std::string::npos);
+  }
+
+  // --report-only re-makes the report from OUT, without running anything; with
+  // no gnuplot on PATH it says so and still writes results.md.
+  fs::remove(out / "results.md");
+  fs::remove(bin / "train-gpt");
+  const int rc2 = run_ablate("--report-only --out '" + out.string() + "'", log, "PATH=/nonexistent");
+  const std::string text2 = slurp(log);
+  INFO(text2);
+  CHECK(rc2 == 0);
+  CHECK(text2.find("gnuplot not found") != std::string::npos);
+  REQUIRE(fs::exists(out / "results.md"));
+  const std::string md2 = slurp(out / "results.md");
+  CHECK(row_of(md2, "ngpt").find("| 2.00 |") != std::string::npos);
+  CHECK(md2.find("report re-made") != std::string::npos);
+}
+
+TEST_CASE("ablate: normlab-ablate exits 2 naming a missing trainer before running anything", "[ablate][cli]") {
+  TempDir tmp;
+  const fs::path bin = tmp.path / "bin", out = tmp.path / "out", log = tmp.path / "log.txt";
+  fs::create_directories(bin);
+  fake_trainer(bin, "gpt", 2.0);
+  fake_trainer(bin, "ngpt", 0.0);
+  const int rc = run_ablate("--variants gpt,ngpt,angpt --seeds 1 --out '" + out.string() + "' --bin-dir '" +
+                                bin.string() + "' -- --steps 10",
+                            log);
+  const std::string text = slurp(log);
+  INFO(text);
+  CHECK(rc == 2);
+  CHECK(text.find("train-angpt") != std::string::npos);
+  CHECK_FALSE(fs::exists(out / "gpt" / "seed1" / "summary.json"));  // nothing ran
+}
+
+TEST_CASE("ablate: normlab-ablate stops when a trainer fails, naming it and its exit code", "[ablate][cli]") {
+  TempDir tmp;
+  const fs::path bin = tmp.path / "bin", out = tmp.path / "out", log = tmp.path / "log.txt";
+  fs::create_directories(bin);
+  fake_trainer(bin, "gpt", 2.0);
+  fake_trainer(bin, "ngpt", 0.0, 3);
+  const int rc = run_ablate("--variants ngpt,gpt --seeds 1,2 --out '" + out.string() + "' --bin-dir '" +
+                                bin.string() + "'",
+                            log);
+  const std::string text = slurp(log);
+  INFO(text);
+  CHECK(rc == 1);
+  CHECK(text.find("train-ngpt (seed 1) failed with exit code 3") != std::string::npos);
+  CHECK_FALSE(fs::exists(out / "gpt" / "seed1" / "summary.json"));  // stopped at the first failure
+  CHECK_FALSE(fs::exists(out / "results.md"));
+
+  // Flags normlab-ablate sets itself are refused as pass-through.
+  CHECK(run_ablate("--variants gpt --seeds 1 --out '" + out.string() + "' --bin-dir '" + bin.string() +
+                       "' -- --seed 5",
+                   log) == 2);
+  CHECK(slurp(log).find("--seeds") != std::string::npos);
+}
+
+#endif  // NORMLAB_ABLATE_EXE

@@ -1,0 +1,422 @@
+// normlab-ablate --variants gpt,ngpt --seeds 1,2 --out DIR [--bin-dir DIR] [--dry-run] [--report-only]
+//                -- <flags passed to every train-<variant>>
+//
+// Runs every train-<variant> once per seed, one after another, each with
+// `--seed S --out DIR/<variant>/seed<S>` followed by the pass-through flags, then
+// writes DIR/results.md (see normlab/train/ablate.hpp for what is measured),
+// DIR/loss.gp and, with gnuplot, DIR/loss_vs_tokens.png and .svg.
+// Exit codes: 0 success, 1 a trainer or gnuplot failed / a run's files are
+// unreadable, 2 bad input (flags, missing trainer executables).
+#include <CLI/CLI.hpp>
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "normlab/train/ablate.hpp"
+
+namespace fs = std::filesystem;
+namespace ab = normlab::ablate;
+
+namespace {
+
+// Bad input: reported and exit 2.
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[64];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S UTC", &tm);
+  return buf;
+}
+
+std::string shell_quote(const std::string& s) {
+  if (!s.empty() && s.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-+=./,:@%") ==
+                        std::string::npos)
+    return s;
+  std::string out = "'";
+  for (char c : s) out += (c == '\'') ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+std::string join_quoted(const std::vector<std::string>& args) {
+  std::string out;
+  for (const auto& a : args) {
+    if (!out.empty()) out += ' ';
+    out += shell_quote(a);
+  }
+  return out;
+}
+
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (char c : s + ",") {
+    if (c == ',') {
+      if (!cur.empty()) out.push_back(cur);
+      cur.clear();
+    } else if (c != ' ') {
+      cur += c;
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> parse_variants(const std::string& s) {
+  std::vector<std::string> out = split_list(s);
+  if (out.empty()) throw UsageError("--variants is empty");
+  std::set<std::string> seen;
+  for (const auto& v : out) {
+    if (v.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-.") != std::string::npos ||
+        v == "." || v == "..")
+      throw UsageError("--variants: \"" + v + "\" is not a valid variant name (letters, digits, _ - . only)");
+    if (!seen.insert(v).second) throw UsageError("--variants: \"" + v + "\" is given twice");
+  }
+  return out;
+}
+
+std::vector<std::int64_t> parse_seeds(const std::string& s) {
+  std::vector<std::int64_t> out;
+  std::set<std::int64_t> seen;
+  for (const auto& tok : split_list(s)) {
+    std::size_t pos = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(tok, &pos);
+    } catch (const std::exception&) {
+      pos = 0;
+    }
+    if (pos != tok.size() || pos == 0) throw UsageError("--seeds: \"" + tok + "\" is not an integer");
+    if (!seen.insert(v).second) throw UsageError("--seeds: " + tok + " is given twice");
+    out.push_back(v);
+  }
+  if (out.empty()) throw UsageError("--seeds is empty");
+  return out;
+}
+
+fs::path run_dir(const fs::path& out, const std::string& variant, std::int64_t seed) {
+  return out / variant / ("seed" + std::to_string(seed));
+}
+
+bool is_executable_file(const fs::path& p) {
+  std::error_code ec;
+  return fs::is_regular_file(p, ec) && ::access(p.c_str(), X_OK) == 0;
+}
+
+// First executable `name` on PATH, or empty.
+fs::path find_on_path(const std::string& name) {
+  const char* path = std::getenv("PATH");
+  if (!path) return {};
+  std::string dirs = path;
+  std::size_t start = 0;
+  while (start <= dirs.size()) {
+    const std::size_t end = std::min(dirs.find(':', start), dirs.size());
+    const std::string dir = dirs.substr(start, end - start);
+    const fs::path cand = fs::path(dir.empty() ? "." : dir) / name;
+    if (is_executable_file(cand)) return cand;
+    start = end + 1;
+  }
+  return {};
+}
+
+// Runs exe with args (no shell), output going straight to our stdout/stderr.
+// Returns the exit status, or 128 + signal number if the child was killed.
+int run_child(const fs::path& exe, const std::vector<std::string>& args, const fs::path& cwd = {}) {
+  std::vector<std::string> all;
+  all.push_back(exe.string());
+  all.insert(all.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : all) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::cout.flush();
+  std::cerr.flush();
+  const pid_t pid = ::fork();
+  if (pid < 0) throw normlab::Error(std::string("fork failed: ") + std::strerror(errno));
+  if (pid == 0) {
+    if (!cwd.empty() && ::chdir(cwd.c_str()) != 0) {
+      std::fprintf(stderr, "normlab-ablate: cannot chdir to %s: %s\n", cwd.c_str(), std::strerror(errno));
+      ::_exit(127);
+    }
+    ::execv(argv[0], argv.data());
+    std::fprintf(stderr, "normlab-ablate: cannot execute %s: %s\n", argv[0], std::strerror(errno));
+    ::_exit(127);
+  }
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) throw normlab::Error(std::string("waitpid failed: ") + std::strerror(errno));
+  }
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+std::string describe_status(int rc) {
+  if (rc > 128 && rc < 128 + 65) {
+    const int sig = rc - 128;
+    const char* name = ::strsignal(sig);
+    return "was killed by signal " + std::to_string(sig) + (name ? std::string(" (") + name + ")" : "");
+  }
+  return "failed with exit code " + std::to_string(rc);
+}
+
+void write_file(const fs::path& p, const std::string& text) {
+  std::ofstream f(p, std::ios::binary | std::ios::trunc);
+  if (!f) throw normlab::Error("cannot write " + p.string());
+  f << text;
+  f.close();
+  if (!f) throw normlab::Error("error writing " + p.string());
+}
+
+// Variants and seeds found under OUT: OUT/<variant>/seed<S>/summary.json.
+// gpt first (the baseline), the rest by name; seeds ascending.
+void discover(const fs::path& out, std::vector<std::string>& variants, std::vector<std::int64_t>& seeds) {
+  std::set<std::string> vs;
+  std::set<std::int64_t> ss;
+  for (const auto& e : fs::directory_iterator(out)) {
+    if (!e.is_directory()) continue;
+    for (const auto& s : fs::directory_iterator(e.path())) {
+      const std::string n = s.path().filename().string();
+      if (!s.is_directory() || n.rfind("seed", 0) != 0 || !fs::exists(s.path() / "summary.json")) continue;
+      try {
+        std::size_t pos = 0;
+        const long long v = std::stoll(n.substr(4), &pos);
+        if (pos != n.size() - 4) continue;
+        vs.insert(e.path().filename().string());
+        ss.insert(v);
+      } catch (const std::exception&) {
+      }
+    }
+  }
+  if (vs.count("gpt")) variants.push_back("gpt");
+  for (const auto& v : vs)
+    if (v != "gpt") variants.push_back(v);
+  seeds.assign(ss.begin(), ss.end());
+}
+
+struct Options {
+  std::string variants_s, seeds_s, out, bin_dir;
+  bool dry_run = false, report_only = false;
+  std::vector<std::string> pass;
+};
+
+int run(int argc, char** argv) {
+  // Everything after the first "--" goes to the trainers untouched.
+  std::vector<std::string> own_args{argv[0]};
+  Options o;
+  bool after = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (!after && a == "--") {
+      after = true;
+      continue;
+    }
+    (after ? o.pass : own_args).push_back(a);
+  }
+  std::vector<std::string> all_args(argv, argv + argc);
+  const std::string command_line = join_quoted(all_args);
+
+  CLI::App app{
+      "Run every train-<variant> for every seed, then compare the variants: results.md (tokens and wall-clock "
+      "time to reach the gpt baseline's final val loss) and a loss-vs-tokens plot.\n"
+      "Usage: normlab-ablate --variants gpt,ngpt --seeds 1,2 --out DIR [options] -- <trainer flags>"};
+  app.add_option("--variants", o.variants_s, "comma-separated variants, e.g. gpt,ngpt,angpt (gpt is the baseline)");
+  app.add_option("--seeds", o.seeds_s, "comma-separated seeds, e.g. 1,2,3");
+  app.add_option("--out", o.out, "output directory; runs go to OUT/<variant>/seed<S>")->required();
+  app.add_option("--bin-dir", o.bin_dir, "where the train-<variant> executables are (default: this tool's directory)");
+  app.add_flag("--dry-run", o.dry_run, "print the commands that would run, run nothing");
+  app.add_flag("--report-only", o.report_only,
+               "re-make results.md and the plots from an existing OUT (variants/seeds: the flags, else those recorded "
+               "in OUT/ablation.json, else those found in OUT)");
+  std::vector<char*> own_argv;
+  for (auto& a : own_args) own_argv.push_back(a.data());
+  try {
+    app.parse(int(own_argv.size()), own_argv.data());
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+
+  const fs::path out = o.out;
+  std::vector<std::string> variants;
+  std::vector<std::int64_t> seeds;
+  if (!o.variants_s.empty()) variants = parse_variants(o.variants_s);
+  if (!o.seeds_s.empty()) seeds = parse_seeds(o.seeds_s);
+
+  ab::ReportInfo info;
+  info.date = utc_now();
+  info.command_line = command_line;
+  info.config = join_quoted(o.pass);
+
+  if (o.report_only) {
+    if (o.dry_run) throw UsageError("--dry-run and --report-only do not go together");
+    if (!o.pass.empty()) throw UsageError("--report-only runs no trainer, so it takes no flags after --");
+    if (!fs::is_directory(out)) throw UsageError("--report-only: " + out.string() + " is not a directory");
+    const fs::path rec = out / "ablation.json";
+    if (fs::exists(rec)) {
+      nlohmann::json j;
+      try {
+        std::ifstream f(rec);
+        j = nlohmann::json::parse(f);
+        if (variants.empty()) variants = j.at("variants").get<std::vector<std::string>>();
+        if (seeds.empty()) seeds = j.at("seeds").get<std::vector<std::int64_t>>();
+        info.command_line = j.at("command_line").get<std::string>();
+        info.config = j.at("config").get<std::string>();
+        info.date = j.at("date").get<std::string>() + " (runs); report re-made " + utc_now();
+      } catch (const nlohmann::json::exception& e) {
+        throw normlab::Error(rec.string() + ": " + e.what());
+      }
+    } else {
+      info.note = "OUT/ablation.json not found; variants and seeds were taken from the directories in OUT";
+      info.command_line.clear();
+      info.config_known = false;
+    }
+    if (variants.empty() || seeds.empty()) {
+      std::vector<std::string> dv;
+      std::vector<std::int64_t> ds;
+      discover(out, dv, ds);
+      if (variants.empty()) variants = dv;
+      if (seeds.empty()) seeds = ds;
+    }
+    if (variants.empty() || seeds.empty())
+      throw UsageError("--report-only: found no runs (OUT/<variant>/seed<S>/summary.json) in " + out.string());
+    info.note = (info.note.empty() ? "" : info.note + "; ") + "report re-made with: " + command_line;
+  } else {
+    if (variants.empty()) throw UsageError("--variants is required (e.g. --variants gpt,ngpt)");
+    if (seeds.empty()) throw UsageError("--seeds is required (e.g. --seeds 1,2)");
+    for (const auto& p : o.pass) {
+      for (const char* own : {"--seed", "--out"}) {
+        const std::string f = own;
+        if (p == f || p.rfind(f + "=", 0) == 0)
+          throw UsageError("pass-through flag " + p + " is set per run by normlab-ablate" +
+                           (f == "--seed" ? "; use --seeds" : "; use --out"));
+      }
+    }
+    fs::path bin = o.bin_dir;
+    if (bin.empty()) {
+      std::error_code ec;
+      const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+      if (ec) throw normlab::Error("cannot find this executable's directory (/proc/self/exe): " + ec.message() +
+                                   "; pass --bin-dir");
+      bin = self.parent_path();
+    }
+    std::vector<std::string> missing;
+    for (const auto& v : variants)
+      if (!is_executable_file(bin / ("train-" + v))) missing.push_back((bin / ("train-" + v)).string());
+    if (!missing.empty()) {
+      std::string msg = "missing trainer executable" + std::string(missing.size() > 1 ? "s" : "") + ": ";
+      for (std::size_t i = 0; i < missing.size(); ++i) {
+        if (i) msg += ", ";
+        msg += missing[i];
+      }
+      msg += " (looked in " + bin.string() + (o.bin_dir.empty() ? ", this tool's directory; set --bin-dir" : "") +
+             "). Nothing was run.";
+      throw UsageError(msg);
+    }
+
+    const std::size_t total = variants.size() * seeds.size();
+    if (!o.dry_run) {
+      fs::create_directories(out);
+      nlohmann::json rec = {{"date", info.date},          {"command_line", command_line},
+                            {"config", info.config},      {"variants", variants},
+                            {"seeds", seeds},             {"bin_dir", fs::absolute(bin).string()},
+                            {"pass_through", o.pass}};
+      write_file(out / "ablation.json", rec.dump(2) + "\n");
+    }
+    std::size_t k = 0;
+    for (const auto& v : variants) {
+      for (const auto s : seeds) {
+        ++k;
+        const fs::path exe = bin / ("train-" + v);
+        const fs::path dir = run_dir(out, v, s);
+        std::vector<std::string> args{"--seed", std::to_string(s), "--out", dir.string()};
+        args.insert(args.end(), o.pass.begin(), o.pass.end());
+        std::printf("[normlab-ablate] run %zu/%zu: %s %s\n", k, total, shell_quote(exe.string()).c_str(),
+                    join_quoted(args).c_str());
+        if (o.dry_run) continue;
+        fs::create_directories(dir);
+        const int rc = run_child(exe, args);
+        if (rc != 0)
+          throw normlab::Error("train-" + v + " (seed " + std::to_string(s) + ") " + describe_status(rc) +
+                               "; stopping the ablation (" + std::to_string(k - 1) + "/" + std::to_string(total) +
+                               " runs finished). Its output is above; its run directory is " + dir.string());
+      }
+    }
+    if (o.dry_run) {
+      std::printf("[normlab-ablate] dry run: nothing was run\n");
+      return 0;
+    }
+  }
+
+  // ---- report
+  std::vector<ab::VariantRuns> data;
+  for (const auto& v : variants) {
+    ab::VariantRuns vr{v, {}};
+    for (const auto s : seeds) vr.runs.push_back(ab::load_run(run_dir(out, v, s), v, s));
+    data.push_back(std::move(vr));
+  }
+  info.seeds = seeds;
+  const std::string md = ab::results_markdown(data, info);
+  const fs::path results = out / "results.md";
+  write_file(results, md);
+
+  std::optional<double> floor = info.entropy_floor_nats;
+  for (const auto& v : data)
+    for (const auto& r : v.runs)
+      if (!floor && r.summary.entropy_floor_nats) floor = r.summary.entropy_floor_nats;
+  const ab::Analysis analysis = ab::analyze(data);
+  const fs::path script = out / "loss.gp";
+  write_file(script, ab::loss_plot_script(data, analysis, floor, "loss_vs_tokens.png", "loss_vs_tokens.svg"));
+
+  std::printf("\n%s\n", md.c_str());
+  std::printf("results: %s\n", results.c_str());
+  const fs::path gnuplot = find_on_path("gnuplot");
+  if (gnuplot.empty()) {
+    std::printf("gnuplot not found on PATH: plots not made (script written to %s; install gnuplot and run "
+                "`gnuplot loss.gp` in %s)\n",
+                script.c_str(), out.c_str());
+    return 0;
+  }
+  const int rc = run_child(gnuplot, {"loss.gp"}, out);
+  if (rc != 0) {
+    std::fprintf(stderr, "normlab-ablate: gnuplot %s on %s; results.md was written, the plots were not\n",
+                 describe_status(rc).c_str(), script.c_str());
+    return 1;
+  }
+  std::printf("plots: %s %s\n", (out / "loss_vs_tokens.png").c_str(), (out / "loss_vs_tokens.svg").c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const UsageError& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "normlab-ablate: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "normlab-ablate: %s\n", e.what());
+    return 1;
+  }
+}
