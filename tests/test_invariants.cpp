@@ -9,6 +9,7 @@
 
 #include "normlab/normlab.hpp"
 #include "normlab/train/checkpoint.hpp"
+#include "normlab/train/variants.hpp"
 
 using namespace normlab;
 
@@ -231,4 +232,34 @@ TEST_CASE("angpt: the constant factors follow their derivation", "[angpt]") {
   ANGPT<double> plain(small_config(), 1, 8);
   CHECK(doubled.mlp_output_factor() == Approx(2.0 * plain.mlp_output_factor()));
   CHECK(doubled.attn_output_factor() == Approx(plain.attn_output_factor()));
+}
+
+// ---------------------------------------------------------------- incremental decoding
+
+TEST_CASE("decode: KV-cache logits equal a full forward's, for every variant", "[decode]") {
+  std::apply(
+      [](auto... tags) {
+        (
+            [&] {
+              using Model = typename decltype(tags)::template model<double>;
+              const std::int64_t Tn = 7, V = 23;
+              Model model(small_config(), 1, Tn);
+              model.init(3);
+              std::vector<std::int64_t> idx(Tn);
+              for (std::int64_t t = 0; t < Tn; ++t) idx[t] = (t * 5 + 2) % V;
+              model.forward(idx.data(), nullptr, 1, Tn);
+              const std::vector<double> full(model.logits(), model.logits() + Tn * V);
+              auto cache = model.make_kv_cache();
+              double worst = 0;
+              for (std::int64_t t = 0; t < Tn; ++t) {
+                const double* lg = model.decode_step(idx[t], cache);
+                for (std::int64_t j = 0; j < V; ++j) worst = std::max(worst, std::abs(lg[j] - full[t * V + j]));
+              }
+              INFO(decltype(tags)::name << ": worst |difference| " << worst);
+              CHECK(worst < 1e-12);
+              CHECK_THROWS_WITH(model.decode_step(0, cache), Catch::Contains("KV cache is full"));
+            }(),
+            ...);
+      },
+      all_variants{});
 }

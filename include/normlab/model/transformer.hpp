@@ -124,95 +124,54 @@ class Transformer {
   // and keeps everything backward() needs; without, returns 0 (logits only).
   double forward(const std::int64_t* idx, const std::int64_t* targets, std::int64_t B, std::int64_t Tn) {
     check_sizes(B, Tn);
-    for (std::int64_t i = 0; i < B * Tn; ++i)
-      if (idx[i] < 0 || idx[i] >= cfg_.vocab_size)
-        throw Error("Transformer::forward: token id " + std::to_string(idx[i]) + " at position " +
-                    std::to_string(i) + " is outside the vocabulary [0, " + std::to_string(cfg_.vocab_size) + ")");
+    check_tokens(idx, B * Tn, "token");
     B_ = B;
     T_ = Tn;
     idx_ = idx;
     targets_ = targets;
-    const std::int64_t N = B * Tn, C = cfg_.n_embd, H = cfg_.n_head, D = cfg_.head_dim(), F = 4 * C,
-                       V = cfg_.vocab_size;
-    cpu::embedding_forward(acts_[0].h_in, idx, P(wte_), N, C);
-    for (std::int64_t l = 0; l < cfg_.n_layer; ++l) {
-      LayerActs& a = acts_[l];
-      const LayerOffsets& w = layers_[l];
-      T* h_out = (l + 1 < cfg_.n_layer) ? acts_[l + 1].h_in : h_final_;
-      // ---- attention
-      const T* x = a.h_in;
-      if constexpr (Scheme::rmsnorm_inputs) {
-        cpu::rmsnorm_forward(a.xa, a.rstd_a, a.h_in, P(w.ln_att), N, C, T(cfg_.rmsnorm_eps));
-        x = a.xa;
-      }
-      cpu::linear_forward(a.q, x, P(w.wq), N, C, C);
-      cpu::linear_forward(a.k, x, P(w.wk), N, C, C);
-      cpu::linear_forward(a.v, x, P(w.wv), N, C, C);
-      cpu::rope_apply(a.q, rope_cos_.data(), rope_sin_.data(), B, Tn, H, D, false);
-      cpu::rope_apply(a.k, rope_cos_.data(), rope_sin_.data(), B, Tn, H, D, false);
-      if constexpr (Scheme::qk == QkMode::rms_gain) {
-        cpu::rmsnorm_forward(a.qs, a.qn, a.q, P(w.q_gain), N * H, D, T(cfg_.rmsnorm_eps));
-        cpu::rmsnorm_forward(a.ks, a.kn, a.k, P(w.k_gain), N * H, D, T(cfg_.rmsnorm_eps));
-      } else if constexpr (Scheme::qk == QkMode::unit_scaled) {
-        effective_scale(w.sqk, cfg_.sqk_init / cfg_.base_scale, C, s_tmp_);
-        cpu::l2norm_rows_forward(a.qh, a.qn, a.q, N * H, D);
-        cpu::l2norm_rows_forward(a.kh, a.kn, a.k, N * H, D);
-        cpu::scale_columns(a.qs, a.qh, s_tmp_, N, C);
-        cpu::scale_columns(a.ks, a.kh, s_tmp_, N, C);
-      } else if constexpr (Scheme::qk == QkMode::scaled_only) {
-        effective_scale(w.sqk, cfg_.sqk_init / cfg_.base_scale, C, s_tmp_);
-        cpu::scale_columns(a.qs, a.q, s_tmp_, N, C);
-        cpu::scale_columns(a.ks, a.k, s_tmp_, N, C);
-      }
-      const T* qa = kQkTransformed ? a.qs : a.q;
-      const T* ka = kQkTransformed ? a.ks : a.k;
-      cpu::attention_forward(a.y, a.P, qa, ka, a.v, B, Tn, H, D, softmax_scale());
-      cpu::linear_forward(a.a, a.y, P(w.wo), N, C, C);
-      if constexpr (Scheme::approx_factors) scale_inplace(a.a, T(attn_factor_), N * C);
-      if constexpr (Residual::learned_alpha) effective_alpha(w.attn_alpha, alpha_tmp_);
-      Res::forward(a.res_att, a.h_mid, a.h_in, a.a, alpha_tmp_, N, C);
-      // ---- MLP
-      const T* xm = a.h_mid;
-      if constexpr (Scheme::rmsnorm_inputs) {
-        cpu::rmsnorm_forward(a.xm, a.rstd_m, a.h_mid, P(w.ln_mlp), N, C, T(cfg_.rmsnorm_eps));
-        xm = a.xm;
-      }
-      cpu::linear_forward(a.uv, xm, P(w.wfc), N, C, 2 * F);
-      const T* uvs = a.uv;
-      if constexpr (Scheme::scaled_uv) {
-        effective_scale(w.suv, suv_const(), 2 * F, s_tmp_);
-        cpu::scale_columns(a.uvs, a.uv, s_tmp_, N, 2 * F);
-        uvs = a.uvs;
-      }
-      cpu::swiglu_forward(a.act, uvs, N, F);
-      cpu::linear_forward(a.m, a.act, P(w.wproj), N, F, C);
-      if constexpr (Scheme::approx_factors) scale_inplace(a.m, T(mlp_factor_), N * C);
-      if constexpr (Residual::learned_alpha) effective_alpha(w.mlp_alpha, alpha_tmp_);
-      Res::forward(a.res_mlp, h_out, a.h_mid, a.m, alpha_tmp_, N, C);
-    }
-    const T* hf = h_final_;
-    if constexpr (Scheme::rmsnorm_inputs) {
-      cpu::rmsnorm_forward(hf_norm_, rstd_f_, h_final_, P(ln_f_), N, C, T(cfg_.rmsnorm_eps));
-      hf = hf_norm_;
-    }
-    cpu::linear_forward(logits_raw_, hf, P(lm_head_), N, C, V);
-    if constexpr (Scheme::scaled_logits) {
-      effective_scale(sz_, cfg_.sz_init / cfg_.base_scale, V, sz_tmp_);
-      cpu::scale_columns(logits_, logits_raw_, sz_tmp_, N, V);
-    }
+    cpu::embedding_forward(acts_[0].h_in, idx, P(wte_), B * Tn, cfg_.n_embd);
+    for (std::int64_t l = 0; l < cfg_.n_layer; ++l) layer_forward(l, B, Tn, nullptr, 0);
+    head_forward(B * Tn);
     if (!targets) return 0.0;
-    for (std::int64_t i = 0; i < N; ++i)
-      if (targets[i] < 0 || targets[i] >= V)
-        throw Error("Transformer::forward: target id " + std::to_string(targets[i]) + " at position " +
-                    std::to_string(i) + " is outside the vocabulary");
-    return cpu::cross_entropy<T>(nullptr, logits(), targets, N, V);
+    check_tokens(targets, B * Tn, "target");
+    return cpu::cross_entropy<T>(nullptr, logits(), targets, B * Tn, cfg_.vocab_size);
+  }
+
+  // Keys and values of every layer for incremental decoding: (L, max_seq, C) each,
+  // keys as attention sees them (after RoPE and the scheme's QK transform).
+  struct KVCache {
+    std::vector<T> k, v;
+    std::vector<T> scratch;  // (max_seq) attention weights
+    std::int64_t length = 0;  // positions filled
+  };
+  KVCache make_kv_cache() const {
+    KVCache c;
+    c.k.assign(static_cast<std::size_t>(cfg_.n_layer * maxT_ * cfg_.n_embd), T(0));
+    c.v.assign(c.k.size(), T(0));
+    c.scratch.assign(static_cast<std::size_t>(maxT_), T(0));
+    return c;
+  }
+  // Feeds the next token (at position cache.length) and returns its logits (V).
+  // Equal to the last row of a full forward over the same prefix (tested).
+  const T* decode_step(std::int64_t token, KVCache& cache) {
+    if (cache.length >= maxT_)
+      throw Error("Transformer::decode_step: the KV cache is full (" + std::to_string(maxT_) + " positions)");
+    check_tokens(&token, 1, "token");
+    targets_ = nullptr;
+    B_ = 1;
+    T_ = 1;
+    cpu::embedding_forward(acts_[0].h_in, &token, P(wte_), 1, cfg_.n_embd);
+    for (std::int64_t l = 0; l < cfg_.n_layer; ++l) layer_forward(l, 1, 1, &cache, cache.length);
+    ++cache.length;
+    head_forward(1);
+    return logits();
   }
 
   // Gradients of the mean cross-entropy of the last forward(), written into
-  // params().grads() (which are zeroed first).
-  void backward() {
+  // params().grads() (zeroed first unless `accumulate`, for gradient accumulation).
+  void backward(bool accumulate = false) {
     if (!targets_) throw Error("Transformer::backward: the last forward() had no targets");
-    params_.zero_grad();
+    if (!accumulate) params_.zero_grad();
     const std::int64_t B = B_, Tn = T_, N = B * Tn, C = cfg_.n_embd, H = cfg_.n_head, D = cfg_.head_dim(),
                        F = 4 * C, V = cfg_.vocab_size;
     cpu::cross_entropy(d_logits_, logits(), targets_, N, V);
@@ -460,6 +419,94 @@ class Transformer {
     d_scale_ = ar.take(std::max(2 * F, V));
     rope_cos_.assign(static_cast<std::size_t>(maxT_ * cfg_.head_dim() / 2), T(0));
     rope_sin_.assign(rope_cos_.size(), T(0));
+  }
+
+  // One block over (B,T) tokens; with a cache, a single token at position pos0.
+  void layer_forward(std::int64_t l, std::int64_t B, std::int64_t Tn, KVCache* cache, std::int64_t pos0) {
+    const std::int64_t N = B * Tn, C = cfg_.n_embd, H = cfg_.n_head, D = cfg_.head_dim(), F = 4 * C;
+    LayerActs& a = acts_[l];
+    const LayerOffsets& w = layers_[l];
+    T* h_out = (l + 1 < cfg_.n_layer) ? acts_[l + 1].h_in : h_final_;
+    // ---- attention
+    const T* x = a.h_in;
+    if constexpr (Scheme::rmsnorm_inputs) {
+      cpu::rmsnorm_forward(a.xa, a.rstd_a, a.h_in, P(w.ln_att), N, C, T(cfg_.rmsnorm_eps));
+      x = a.xa;
+    }
+    cpu::linear_forward(a.q, x, P(w.wq), N, C, C);
+    cpu::linear_forward(a.k, x, P(w.wk), N, C, C);
+    cpu::linear_forward(a.v, x, P(w.wv), N, C, C);
+    cpu::rope_apply(a.q, rope_cos_.data(), rope_sin_.data(), B, Tn, H, D, false, pos0);
+    cpu::rope_apply(a.k, rope_cos_.data(), rope_sin_.data(), B, Tn, H, D, false, pos0);
+    if constexpr (Scheme::qk == QkMode::rms_gain) {
+      cpu::rmsnorm_forward(a.qs, a.qn, a.q, P(w.q_gain), N * H, D, T(cfg_.rmsnorm_eps));
+      cpu::rmsnorm_forward(a.ks, a.kn, a.k, P(w.k_gain), N * H, D, T(cfg_.rmsnorm_eps));
+    } else if constexpr (Scheme::qk == QkMode::unit_scaled) {
+      effective_scale(w.sqk, cfg_.sqk_init / cfg_.base_scale, C, s_tmp_);
+      cpu::l2norm_rows_forward(a.qh, a.qn, a.q, N * H, D);
+      cpu::l2norm_rows_forward(a.kh, a.kn, a.k, N * H, D);
+      cpu::scale_columns(a.qs, a.qh, s_tmp_, N, C);
+      cpu::scale_columns(a.ks, a.kh, s_tmp_, N, C);
+    } else if constexpr (Scheme::qk == QkMode::scaled_only) {
+      effective_scale(w.sqk, cfg_.sqk_init / cfg_.base_scale, C, s_tmp_);
+      cpu::scale_columns(a.qs, a.q, s_tmp_, N, C);
+      cpu::scale_columns(a.ks, a.k, s_tmp_, N, C);
+    }
+    const T* qa = kQkTransformed ? a.qs : a.q;
+    const T* ka = kQkTransformed ? a.ks : a.k;
+    if (cache) {  // one token: append its key/value, attend over positions 0..pos0
+      T* kc = cache->k.data() + l * maxT_ * C;
+      T* vc = cache->v.data() + l * maxT_ * C;
+      std::copy_n(ka, C, kc + pos0 * C);
+      std::copy_n(a.v, C, vc + pos0 * C);
+      cpu::attention_decode(a.y, cache->scratch.data(), qa, kc, vc, pos0 + 1, H, D, softmax_scale());
+    } else {
+      cpu::attention_forward(a.y, a.P, qa, ka, a.v, B, Tn, H, D, softmax_scale());
+    }
+    cpu::linear_forward(a.a, a.y, P(w.wo), N, C, C);
+    if constexpr (Scheme::approx_factors) scale_inplace(a.a, T(attn_factor_), N * C);
+    if constexpr (Residual::learned_alpha) effective_alpha(w.attn_alpha, alpha_tmp_);
+    Res::forward(a.res_att, a.h_mid, a.h_in, a.a, alpha_tmp_, N, C);
+    // ---- MLP
+    const T* xm = a.h_mid;
+    if constexpr (Scheme::rmsnorm_inputs) {
+      cpu::rmsnorm_forward(a.xm, a.rstd_m, a.h_mid, P(w.ln_mlp), N, C, T(cfg_.rmsnorm_eps));
+      xm = a.xm;
+    }
+    cpu::linear_forward(a.uv, xm, P(w.wfc), N, C, 2 * F);
+    const T* uvs = a.uv;
+    if constexpr (Scheme::scaled_uv) {
+      effective_scale(w.suv, suv_const(), 2 * F, s_tmp_);
+      cpu::scale_columns(a.uvs, a.uv, s_tmp_, N, 2 * F);
+      uvs = a.uvs;
+    }
+    cpu::swiglu_forward(a.act, uvs, N, F);
+    cpu::linear_forward(a.m, a.act, P(w.wproj), N, F, C);
+    if constexpr (Scheme::approx_factors) scale_inplace(a.m, T(mlp_factor_), N * C);
+    if constexpr (Residual::learned_alpha) effective_alpha(w.mlp_alpha, alpha_tmp_);
+    Res::forward(a.res_mlp, h_out, a.h_mid, a.m, alpha_tmp_, N, C);
+  }
+
+  // Final norm (pre-norm schemes), LM head and s_z over the first N rows.
+  void head_forward(std::int64_t N) {
+    const std::int64_t C = cfg_.n_embd, V = cfg_.vocab_size;
+    const T* hf = h_final_;
+    if constexpr (Scheme::rmsnorm_inputs) {
+      cpu::rmsnorm_forward(hf_norm_, rstd_f_, h_final_, P(ln_f_), N, C, T(cfg_.rmsnorm_eps));
+      hf = hf_norm_;
+    }
+    cpu::linear_forward(logits_raw_, hf, P(lm_head_), N, C, V);
+    if constexpr (Scheme::scaled_logits) {
+      effective_scale(sz_, cfg_.sz_init / cfg_.base_scale, V, sz_tmp_);
+      cpu::scale_columns(logits_, logits_raw_, sz_tmp_, N, V);
+    }
+  }
+
+  void check_tokens(const std::int64_t* ids, std::int64_t n, const char* what) const {
+    for (std::int64_t i = 0; i < n; ++i)
+      if (ids[i] < 0 || ids[i] >= cfg_.vocab_size)
+        throw Error(std::string("Transformer: ") + what + " id " + std::to_string(ids[i]) + " at position " +
+                    std::to_string(i) + " is outside the vocabulary [0, " + std::to_string(cfg_.vocab_size) + ")");
   }
 
   void check_sizes(std::int64_t B, std::int64_t Tn) const {

@@ -155,15 +155,16 @@ void rope_table(T* cosv, T* sinv, std::int64_t Tn, std::int64_t dk, double base 
     }
 }
 
-// In place on x (B,T,H,dk). inverse=true applies the transpose rotation (the backward).
+// In place on x (B,T,H,dk), positions pos0 … pos0+T−1. inverse=true applies the
+// transpose rotation (the backward).
 template <class T>
 void rope_apply(T* x, const T* cosv, const T* sinv, std::int64_t B, std::int64_t Tn, std::int64_t H,
-                std::int64_t dk, bool inverse) {
+                std::int64_t dk, bool inverse, std::int64_t pos0 = 0) {
   const std::int64_t h = dk / 2;
   const T sgn = inverse ? T(-1) : T(1);
 #pragma omp parallel for if (B * Tn * H * dk > kParallelGrain)
   for (std::int64_t bt = 0; bt < B * Tn; ++bt) {
-    const std::int64_t p = bt % Tn;
+    const std::int64_t p = pos0 + bt % Tn;  // pos0: first position (incremental decoding)
     for (std::int64_t hd = 0; hd < H; ++hd) {
       T* v = x + (bt * H + hd) * dk;
       for (std::int64_t i = 0; i < h; ++i) {
@@ -240,6 +241,30 @@ void attention_backward(T* dq, T* dk_, T* dv, T* scratch, const T* dy, const T* 
     }
     dQ.noalias() = dS * K;
     dK.noalias() = dS.transpose() * Q;
+  }
+}
+
+// One query (1,H,dk) against cached keys/values (S,H,dk) for positions 0..S−1:
+// incremental decoding. y (1,H,dk); p: scratch (S).
+template <class T>
+void attention_decode(T* y, T* p, const T* q, const T* kc, const T* vc, std::int64_t S, std::int64_t H,
+                      std::int64_t dk, T scale) {
+  const std::int64_t C = H * dk;
+  for (std::int64_t hd = 0; hd < H; ++hd) {
+    T mx = -std::numeric_limits<T>::infinity();
+    for (std::int64_t s = 0; s < S; ++s) {
+      T dot = 0;
+      for (std::int64_t i = 0; i < dk; ++i) dot += q[hd * dk + i] * kc[s * C + hd * dk + i];
+      p[s] = dot * scale;
+      mx = std::max(mx, p[s]);
+    }
+    T sum = 0;
+    for (std::int64_t s = 0; s < S; ++s) sum += (p[s] = std::exp(p[s] - mx));
+    for (std::int64_t i = 0; i < dk; ++i) y[hd * dk + i] = 0;
+    for (std::int64_t s = 0; s < S; ++s) {
+      const T w = p[s] / sum;
+      for (std::int64_t i = 0; i < dk; ++i) y[hd * dk + i] += w * vc[s * C + hd * dk + i];
+    }
   }
 }
 
