@@ -5,6 +5,7 @@
 // One buffer makes the optimizer, the global gradient norm and checkpoints
 // single loops, and keeps the master copy in exactly one place.
 #include <cstddef>
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -64,7 +65,13 @@ class ParamStore {
   void finalize() {
     value_.assign(total_, T(0));
     grad_.assign(total_, T(0));
+    std::size_t widest = 0;
+    for (const auto& s : specs_)
+      for (auto d : s.shape) widest = std::max(widest, static_cast<std::size_t>(d));
+    scratch_.assign(widest, T(0));
   }
+  // One row/column's worth of scratch (the widest dimension), for in-place passes.
+  std::vector<T>& scratch() { return scratch_; }
 
   const std::vector<ParamSpec>& specs() const { return specs_; }
   const ParamSpec& spec(const std::string& name) const {
@@ -90,7 +97,7 @@ class ParamStore {
 
  private:
   std::vector<ParamSpec> specs_;
-  std::vector<T> value_, grad_;
+  std::vector<T> value_, grad_, scratch_;
   std::size_t total_ = 0;
 };
 

@@ -23,6 +23,7 @@ T constrained_factor(T norm, WeightConstraint mode) {
 template <class T>
 void apply_weight_constraint(ParamStore<T>& store, WeightConstraint mode) {
   if (mode == WeightConstraint::none) return;
+  std::vector<T>& scratch = store.scratch();  // sized once: no allocation per step
   for (const ParamSpec& s : store.specs()) {
     if (s.axis == NormAxis::none) continue;
     T* W = store.value(s.offset);
@@ -36,13 +37,14 @@ void apply_weight_constraint(ParamStore<T>& store, WeightConstraint mode) {
         for (std::int64_t j = 0; j < Cn; ++j) W[i * Cn + j] *= f;
       }
     } else {
+      // Column norms through a row-order walk (cache-friendly), then one scaling pass.
+      T* f = scratch.data();
+      std::fill_n(f, Cn, T(0));
+      cpu::column_reduce(f, R, Cn, [&](std::int64_t i, std::int64_t j) { return W[i * Cn + j] * W[i * Cn + j]; });
+      for (std::int64_t j = 0; j < Cn; ++j) f[j] = detail::constrained_factor(std::sqrt(f[j]), mode);
 #pragma omp parallel for if (R * Cn > cpu::kParallelGrain)
-      for (std::int64_t j = 0; j < Cn; ++j) {
-        T ss = 0;
-        for (std::int64_t i = 0; i < R; ++i) ss += W[i * Cn + j] * W[i * Cn + j];
-        const T f = detail::constrained_factor(std::sqrt(ss), mode);
-        for (std::int64_t i = 0; i < R; ++i) W[i * Cn + j] *= f;
-      }
+      for (std::int64_t i = 0; i < R; ++i)
+        for (std::int64_t j = 0; j < Cn; ++j) W[i * Cn + j] *= f[j];
     }
   }
 }

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 #include "normlab/backend/cpu/ops.hpp"
 #include "normlab/nn/policies.hpp"
@@ -106,17 +107,11 @@ struct ResidualOps<lerp_retract, T> {
       for (std::int64_t j = 0; j < C; ++j) d += out[i * C + j] * dout[i * C + j];
       c.dot[i] = d;
     }
-    // dα first, column-parallel (deterministic), before dout may be overwritten.
-#pragma omp parallel for if (N * C > cpu::kParallelGrain)
-    for (std::int64_t j = 0; j < C; ++j) {
-      T acc = 0;
-      for (std::int64_t i = 0; i < N; ++i) {
-        const std::int64_t k = i * C + j;
-        const T dz = (dout[k] - out[k] * c.dot[i]) / c.nz[i];
-        acc += dz * (c.Bf[k] - c.A[k]);
-      }
-      dalpha[j] += acc;
-    }
+    // dα first (deterministic column reduction), before dout may be overwritten.
+    cpu::column_reduce(dalpha, N, C, [&](std::int64_t i, std::int64_t j) {
+      const std::int64_t k = i * C + j;
+      return (dout[k] - out[k] * c.dot[i]) / c.nz[i] * (c.Bf[k] - c.A[k]);
+    });
 #pragma omp parallel for if (N * C > cpu::kParallelGrain)
     for (std::int64_t i = 0; i < N; ++i) {
       const T* o = out + i * C;
@@ -189,17 +184,12 @@ struct ResidualOps<lerp_nu, T> {
   // dν/dα = −(2α − 1) ν³
   static void backward(T* dh, T* df, T* dalpha, const T* dout, const Cache&, const T* /*out*/, const T* h,
                        const T* f, const T* alpha, std::int64_t N, std::int64_t C) {
-#pragma omp parallel for if (N * C > cpu::kParallelGrain)
-    for (std::int64_t j = 0; j < C; ++j) {
+    cpu::column_reduce(dalpha, N, C, [&](std::int64_t i, std::int64_t j) {
+      const std::int64_t k = i * C + j;
       const T a = alpha[j], v = nu(a), dv = -(T(2) * a - T(1)) * v * v * v;
-      T acc = 0;
-      for (std::int64_t i = 0; i < N; ++i) {
-        const std::int64_t k = i * C + j;
-        const T z = h[k] + a * (f[k] - h[k]);
-        acc += dout[k] * (v * (f[k] - h[k]) + dv * z);
-      }
-      dalpha[j] += acc;
-    }
+      const T z = h[k] + a * (f[k] - h[k]);
+      return dout[k] * (v * (f[k] - h[k]) + dv * z);
+    });
 #pragma omp parallel for if (N * C > cpu::kParallelGrain)
     for (std::int64_t i = 0; i < N; ++i)
       for (std::int64_t j = 0; j < C; ++j) {
@@ -221,21 +211,27 @@ struct SlerpCoef {
   double dg_dth_over_sin;  // (∂g/∂θ) / sin θ  (finite as θ → 0)
   double dg_dbeta; // θ cos(βθ)/sin θ
 };
-inline SlerpCoef slerp_coef(double beta, double th) {
-  SlerpCoef c;
-  if (th < 1e-3) {  // series to θ²: truncation O(θ⁴) ≤ 1e-12 relative
-    const double b2 = beta * beta, t2 = th * th;
-    c.g = beta * (1.0 + (1.0 - b2) * t2 / 6.0);
-    c.dg_dth_over_sin = beta * (1.0 - b2) / 3.0 + beta * (1.0 - b2) * (4.0 - b2) * t2 / 30.0;
-    c.dg_dbeta = 1.0 + (1.0 - 3.0 * b2) * t2 / 6.0;
-  } else {
-    const double s = std::sin(th), co = std::cos(th), sb = std::sin(beta * th), cb = std::cos(beta * th);
-    c.g = sb / s;
-    c.dg_dth_over_sin = (beta * cb * s - sb * co) / (s * s * s);
-    c.dg_dbeta = th * cb / s;
+// Per-row angle data, so each element costs one sin/cos pair of βθ.
+struct SlerpAngle {
+  double th, s, co;
+  explicit SlerpAngle(double theta) : th(theta), s(std::sin(theta)), co(std::cos(theta)) {}
+  SlerpAngle(double theta, double sin_theta, double cos_theta) : th(theta), s(sin_theta), co(cos_theta) {}
+  SlerpCoef coef(double beta) const {
+    SlerpCoef c;
+    if (th < 1e-3) {  // series to θ²: truncation O(θ⁴) ≤ 1e-12 relative
+      const double b2 = beta * beta, t2 = th * th;
+      c.g = beta * (1.0 + (1.0 - b2) * t2 / 6.0);
+      c.dg_dth_over_sin = beta * (1.0 - b2) / 3.0 + beta * (1.0 - b2) * (4.0 - b2) * t2 / 30.0;
+      c.dg_dbeta = 1.0 + (1.0 - 3.0 * b2) * t2 / 6.0;
+    } else {
+      const double sb = std::sin(beta * th), cb = std::cos(beta * th);
+      c.g = sb / s;
+      c.dg_dth_over_sin = (beta * cb * s - sb * co) / (s * s * s);
+      c.dg_dbeta = th * cb / s;
+    }
+    return c;
   }
-  return c;
-}
+};
 inline constexpr double kSlerpMaxTheta = 3.14159265358979323846 - 1e-4;
 }  // namespace detail
 
@@ -250,8 +246,22 @@ struct ResidualOps<slerp, T> {
     T* th = nullptr;  // (N) θ (clamped)
     T* clamped = nullptr;  // (N) 1 where θ hit its clamp (no gradient through θ)
     T* dot = nullptr;      // (N) backward scratch: out·dout
+    double* sincos = nullptr;  // (2N) sin θ, cos θ per row
+    std::vector<double> sincos_store;
+    T* P = nullptr;        // (N,C) g(1−α, θ)
+    T* Q = nullptr;        // (N,C) g(α, θ)
+    double* dalpha_acc = nullptr;  // (C) backward scratch
+    std::vector<double> dalpha_store;
     void bind(Arena<T>& a, std::int64_t N, std::int64_t C) {
       dot = a.take(N);
+      P = a.take(N * C);
+      Q = a.take(N * C);
+      if (!a.counting()) {
+        dalpha_store.assign(static_cast<std::size_t>(C), 0.0);
+        dalpha_acc = dalpha_store.data();
+        sincos_store.assign(static_cast<std::size_t>(2 * N), 0.0);
+        sincos = sincos_store.data();
+      }
       A = a.take(N * C);
       Bf = a.take(N * C);
       nh = a.take(N);
@@ -292,10 +302,18 @@ struct ResidualOps<slerp, T> {
       c.th[i] = T(th);
       c.clamped[i] = clamp ? T(1) : T(0);
       T* o = out + i * C;
+      T* Pi = c.P + i * C;
+      T* Qi = c.Q + i * C;
+      const detail::SlerpAngle ang(th);
+      c.sincos[2 * i] = ang.s;
+      c.sincos[2 * i + 1] = ang.co;
       double sz = 0;
       for (std::int64_t j = 0; j < C; ++j) {
         const double a = alpha[j];
-        const double z = detail::slerp_coef(1.0 - a, th).g * A[j] + detail::slerp_coef(a, th).g * Bf[j];
+        const double p = ang.coef(1.0 - a).g, q = ang.coef(a).g;
+        Pi[j] = T(p);
+        Qi[j] = T(q);
+        const double z = p * A[j] + q * Bf[j];
         o[j] = T(z);
         sz += z * z;
       }
@@ -316,41 +334,39 @@ struct ResidualOps<slerp, T> {
       for (std::int64_t j = 0; j < C; ++j) d += double(out[i * C + j]) * dout[i * C + j];
       c.dot[i] = T(d);
     }
-    // dα first (column-parallel, deterministic), before dh overwrites dout.
-#pragma omp parallel for if (N * C > cpu::kParallelGrain)
-    for (std::int64_t j = 0; j < C; ++j) {
-      double acc = 0;
+    // dα first (deterministic column reduction, in double), before dh overwrites dout.
+    std::fill_n(c.dalpha_acc, C, 0.0);
+    cpu::column_reduce(c.dalpha_acc, N, C, [&](std::int64_t i, std::int64_t j) {
+      const std::int64_t k = i * C + j;
       const double a = alpha[j];
-      for (std::int64_t i = 0; i < N; ++i) {
-        const std::int64_t k = i * C + j;
-        const double dz = (dout[k] - out[k] * double(c.dot[i])) / c.nz[i];
-        const double th = c.th[i];
-        acc += dz * (-detail::slerp_coef(1.0 - a, th).dg_dbeta * c.A[k] + detail::slerp_coef(a, th).dg_dbeta * c.Bf[k]);
-      }
-      dalpha[j] += T(acc);
-    }
+      const detail::SlerpAngle ang(c.th[i], c.sincos[2 * i], c.sincos[2 * i + 1]);
+      const double dz = (dout[k] - out[k] * double(c.dot[i])) / c.nz[i];
+      return dz * (-ang.coef(1.0 - a).dg_dbeta * c.A[k] + ang.coef(a).dg_dbeta * c.Bf[k]);
+    });
+    for (std::int64_t j = 0; j < C; ++j) dalpha[j] += T(c.dalpha_acc[j]);
 #pragma omp parallel for if (N * C > cpu::kParallelGrain)
     for (std::int64_t i = 0; i < N; ++i) {
       const T* o = out + i * C;
       const T* g = dout + i * C;
       const T* A = c.A + i * C;
       const T* Bf = c.Bf + i * C;
-      const double th = c.th[i];
+      const detail::SlerpAngle ang(c.th[i], c.sincos[2 * i], c.sincos[2 * i + 1]);
+      const T* Pi = c.P + i * C;
+      const T* Qi = c.Q + i * C;
       const double d = c.dot[i];
       const double inz = 1.0 / c.nz[i];
       double du = 0;
       if (c.clamped[i] == T(0))
         for (std::int64_t j = 0; j < C; ++j) {
           const double dz = (g[j] - o[j] * d) * inz, a = alpha[j];
-          du -= dz * (detail::slerp_coef(1.0 - a, th).dg_dth_over_sin * A[j] +
-                      detail::slerp_coef(a, th).dg_dth_over_sin * Bf[j]);
+          du -= dz * (ang.coef(1.0 - a).dg_dth_over_sin * A[j] + ang.coef(a).dg_dth_over_sin * Bf[j]);
         }
       // dA, dBf, then through the two row normalizations (need A·dA, Bf·dBf).
       double sA = 0, sB = 0;
       for (std::int64_t j = 0; j < C; ++j) {
-        const double dz = (g[j] - o[j] * d) * inz, a = alpha[j];
-        const double dA = dz * detail::slerp_coef(1.0 - a, th).g + du * Bf[j];
-        const double dB = dz * detail::slerp_coef(a, th).g + du * A[j];
+        const double dz = (g[j] - o[j] * d) * inz;
+        const double dA = dz * Pi[j] + du * Bf[j];
+        const double dB = dz * Qi[j] + du * A[j];
         sA += A[j] * dA;
         sB += Bf[j] * dB;
       }
@@ -358,9 +374,9 @@ struct ResidualOps<slerp, T> {
       T* dhi = dh + i * C;
       T* dfi = df + i * C;
       for (std::int64_t j = 0; j < C; ++j) {
-        const double dz = (g[j] - o[j] * d) * inz, a = alpha[j];
-        const double dA = dz * detail::slerp_coef(1.0 - a, th).g + du * Bf[j];
-        const double dB = dz * detail::slerp_coef(a, th).g + du * A[j];
+        const double dz = (g[j] - o[j] * d) * inz;
+        const double dA = dz * Pi[j] + du * Bf[j];
+        const double dB = dz * Qi[j] + du * A[j];
         dfi[j] = T((dB - Bf[j] * sB) * inf);
         dhi[j] = T((dA - A[j] * sA) * inh);  // last: dhi may alias g
       }

@@ -6,6 +6,8 @@
 //   m ← β₁m + (1−β₁)g ;  v ← β₂v + (1−β₂)g²
 //   p ← p − (lr/(1−β₁ᵗ)) · m / (√v/√(1−β₂ᵗ) + ε)
 // exactly the order of torch.optim.AdamW (foreach=False), so float64 runs agree to rounding.
+#include <Eigen/Core>
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -67,13 +69,21 @@ class AdamW {
       const T* gr = store.grad(s.offset);
       T* m = m_.data() + s.offset;
       T* v = v_.data() + s.offset;
+      // Chunks of Eigen arrays: vectorized sqrt/div, elementwise so any split gives the same bits.
       const std::int64_t n = static_cast<std::int64_t>(s.numel);
-#pragma omp parallel for if (n > 4096)
-      for (std::int64_t i = 0; i < n; ++i) {
-        if (decayed) p[i] *= decay;
-        m[i] = b1 * m[i] + (T(1) - b1) * gr[i];
-        v[i] = b2 * v[i] + (T(1) - b2) * gr[i] * gr[i];
-        p[i] -= step_size * (m[i] / (std::sqrt(v[i]) / sqrt_bc2 + eps));
+      constexpr std::int64_t kChunk = 1 << 14;
+      const std::int64_t chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for if (chunks > 1)
+      for (std::int64_t c = 0; c < chunks; ++c) {
+        const std::int64_t i0 = c * kChunk, len = std::min(kChunk, n - i0);
+        using A = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
+        using CA = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
+        A P(p + i0, len), M(m + i0, len), Vs(v + i0, len);
+        CA Gr(gr + i0, len);
+        if (decayed) P *= decay;
+        M = b1 * M + (T(1) - b1) * Gr;
+        Vs = b2 * Vs + (T(1) - b2) * Gr * Gr;
+        P -= step_size * (M / (Vs.sqrt() / sqrt_bc2 + eps));
       }
     }
   }

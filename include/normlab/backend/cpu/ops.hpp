@@ -5,7 +5,7 @@
 //  * every buffer is row-major; N = rows (B*T tokens), C = d, F = 4d;
 //  * weights use PyTorch's Linear layout W[out, in], y = x Wᵀ;
 //  * parameter gradients accumulate (+=); activation gradients are written (=);
-//  * reductions over rows into a parameter gradient are done column-parallel so
+//  * reductions over rows into a parameter gradient go through column_reduce so
 //    results do not depend on the thread count (resume must be bit-exact).
 #include <Eigen/Core>
 #include <algorithm>
@@ -20,6 +20,25 @@ namespace normlab::cpu {
 // (a fork/join is a few microseconds; tiny models would spend most time there).
 inline constexpr std::int64_t kParallelGrain = 1 << 15;
 
+// out[j] += Σ_i term(i, j) over rows i = 0..N−1, for every column j < L.
+// Columns go in blocks of 64: each block walks the rows in order reading 64
+// contiguous values per row (cache-friendly, unlike a strided walk down one
+// column), and every column's sum is still taken over i = 0, 1, … in order,
+// so the result does not depend on the thread count (resume must be exact).
+template <class T, class Term>
+void column_reduce(T* out, std::int64_t N, std::int64_t L, Term&& term) {
+  constexpr std::int64_t kBlock = 64;
+  const std::int64_t blocks = (L + kBlock - 1) / kBlock;
+#pragma omp parallel for if (N * L > kParallelGrain)
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    const std::int64_t j0 = b * kBlock, j1 = std::min(L, j0 + kBlock);
+    T acc[kBlock] = {};
+    for (std::int64_t i = 0; i < N; ++i)
+      for (std::int64_t j = j0; j < j1; ++j) acc[j - j0] += term(i, j);
+    for (std::int64_t j = j0; j < j1; ++j) out[j] += acc[j - j0];
+  }
+}
+
 template <class T>
 using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 template <class T>
@@ -30,6 +49,10 @@ template <class T>
 using StridedMap = Eigen::Map<RowMat<T>, 0, Eigen::OuterStride<>>;
 template <class T>
 using CStridedMap = Eigen::Map<const RowMat<T>, 0, Eigen::OuterStride<>>;
+template <class T>
+using ArrayRow = Eigen::Map<Eigen::Array<T, 1, Eigen::Dynamic>>;
+template <class T>
+using CArrayRow = Eigen::Map<const Eigen::Array<T, 1, Eigen::Dynamic>>;
 
 // ---------------------------------------------------------------- GEMMs
 // Y(N,out) = X(N,in) Wᵀ  (or += when accumulate)
@@ -102,12 +125,7 @@ void rmsnorm_backward(T* dx, T* dw, const T* dy, const T* x, const T* w, const T
     T* di = dx + i * C;
     for (std::int64_t c = 0; c < C; ++c) di[c] = r * gi[c] * w[c] - k * xi[c];
   }
-#pragma omp parallel for if (N * C > kParallelGrain)
-  for (std::int64_t c = 0; c < C; ++c) {
-    T acc = 0;
-    for (std::int64_t i = 0; i < N; ++i) acc += dy[i * C + c] * x[i * C + c] * rstd[i];
-    dw[c] += acc;
-  }
+  column_reduce(dw, N, C, [&](std::int64_t i, std::int64_t c) { return dy[i * C + c] * x[i * C + c] * rstd[i]; });
 }
 
 // ---------------------------------------------------------------- row L2 normalisation
@@ -194,17 +212,11 @@ void attention_forward(T* y, T* P, const T* q, const T* k, const T* v, std::int6
     MapMat<T> S(P + bh * Tn * Tn, Tn, Tn);
     S.noalias() = Q * K.transpose();
     for (std::int64_t t = 0; t < Tn; ++t) {
-      T* row = S.data() + t * Tn;
-      T mx = -std::numeric_limits<T>::infinity();
-      for (std::int64_t s = 0; s <= t; ++s) mx = std::max(mx, row[s] * scale);
-      T sum = 0;
-      for (std::int64_t s = 0; s <= t; ++s) {
-        row[s] = std::exp(row[s] * scale - mx);
-        sum += row[s];
-      }
-      const T inv = T(1) / sum;
-      for (std::int64_t s = 0; s <= t; ++s) row[s] *= inv;
-      for (std::int64_t s = t + 1; s < Tn; ++s) row[s] = 0;
+      ArrayRow<T> row(S.data() + t * Tn, t + 1);
+      const T mx = row.maxCoeff() * scale;  // scale > 0
+      row = (row * scale - mx).exp();
+      row *= T(1) / row.sum();
+      std::fill(S.data() + t * Tn + t + 1, S.data() + (t + 1) * Tn, T(0));
     }
     Y.noalias() = S * V;
   }
@@ -275,14 +287,14 @@ inline T sigmoid(T x) {
   return T(1) / (T(1) + std::exp(-x));
 }
 
+// Row-wise with Eigen arrays so exp() is vectorized (the scalar loop was
+// exp-bound at ~4 GB/s; docs/perf.md).
 template <class T>
 void swiglu_forward(T* act, const T* uv, std::int64_t N, std::int64_t F) {
 #pragma omp parallel for if (N * F > kParallelGrain)
   for (std::int64_t i = 0; i < N; ++i) {
-    const T* u = uv + i * 2 * F;
-    const T* g = u + F;
-    T* a = act + i * F;
-    for (std::int64_t j = 0; j < F; ++j) a[j] = u[j] * g[j] * sigmoid(g[j]);
+    CArrayRow<T> u(uv + i * 2 * F, F), g(uv + i * 2 * F + F, F);
+    ArrayRow<T>(act + i * F, F) = u * g / (T(1) + (-g).exp());
   }
 }
 
@@ -291,16 +303,10 @@ template <class T>
 void swiglu_backward(T* duv, const T* dact, const T* uv, std::int64_t N, std::int64_t F) {
 #pragma omp parallel for if (N * F > kParallelGrain)
   for (std::int64_t i = 0; i < N; ++i) {
-    const T* u = uv + i * 2 * F;
-    const T* g = u + F;
-    const T* da = dact + i * F;
-    T* du = duv + i * 2 * F;
-    T* dg = du + F;
-    for (std::int64_t j = 0; j < F; ++j) {
-      const T s = sigmoid(g[j]);
-      du[j] = da[j] * g[j] * s;
-      dg[j] = da[j] * u[j] * s * (T(1) + g[j] * (T(1) - s));
-    }
+    CArrayRow<T> u(uv + i * 2 * F, F), g(uv + i * 2 * F + F, F), da(dact + i * F, F);
+    const Eigen::Array<T, 1, Eigen::Dynamic> sg = T(1) / (T(1) + (-g).exp());
+    ArrayRow<T>(duv + i * 2 * F, F) = da * g * sg;
+    ArrayRow<T>(duv + i * 2 * F + F, F) = da * u * sg * (T(1) + g * (T(1) - sg));
   }
 }
 
@@ -313,26 +319,19 @@ void scale_columns(T* y, const T* x, const T* s, std::int64_t N, std::int64_t L)
     for (std::int64_t j = 0; j < L; ++j) y[i * L + j] = x[i * L + j] * s[j];
 }
 
-// ds(L) += c · Σ_rows dy ⊙ x  (column-parallel: deterministic)
+// ds(L) += c · Σ_rows dy ⊙ x  (deterministic, see column_reduce)
 template <class T>
 void column_dot_accumulate(T* ds, const T* dy, const T* x, std::int64_t N, std::int64_t L, T c = T(1)) {
-#pragma omp parallel for if (N * L > kParallelGrain)
-  for (std::int64_t j = 0; j < L; ++j) {
-    T acc = 0;
-    for (std::int64_t i = 0; i < N; ++i) acc += dy[i * L + j] * x[i * L + j];
-    ds[j] += c * acc;
-  }
+  column_reduce(ds, N, L, [&](std::int64_t i, std::int64_t j) { return c * (dy[i * L + j] * x[i * L + j]); });
 }
 
-// ds(L) += Σ_rows dy ⊙ (a − b)  (column-parallel)
+// ds(L) += Σ_rows dy ⊙ (a − b)
 template <class T>
 void column_dot_accumulate_diff(T* ds, const T* dy, const T* a, const T* b, std::int64_t N, std::int64_t L) {
-#pragma omp parallel for if (N * L > kParallelGrain)
-  for (std::int64_t j = 0; j < L; ++j) {
-    T acc = 0;
-    for (std::int64_t i = 0; i < N; ++i) acc += dy[i * L + j] * (a[i * L + j] - b[i * L + j]);
-    ds[j] += acc;
-  }
+  column_reduce(ds, N, L, [&](std::int64_t i, std::int64_t j) {
+    const std::int64_t k = i * L + j;
+    return dy[k] * (a[k] - b[k]);
+  });
 }
 
 // ---------------------------------------------------------------- cross-entropy
@@ -344,17 +343,14 @@ double cross_entropy(T* dlogits, const T* logits, const std::int64_t* targets, s
 #pragma omp parallel for if (N * V > kParallelGrain)
   for (std::int64_t i = 0; i < N; ++i) {
     const T* l = logits + i * V;
-    T mx = l[0];
-    for (std::int64_t j = 1; j < V; ++j) mx = std::max(mx, l[j]);
-    T sum = 0;
-    for (std::int64_t j = 0; j < V; ++j) sum += std::exp(l[j] - mx);
-    const T lse = mx + std::log(sum);
+    CArrayRow<T> row(l, V);
+    const T mx = row.maxCoeff();
+    const T lse = mx + std::log((row - mx).exp().sum());
     row_loss[static_cast<std::size_t>(i)] = double(lse - l[targets[i]]);
     if (dlogits) {
-      T* d = dlogits + i * V;
       const T invN = T(1) / T(N);
-      for (std::int64_t j = 0; j < V; ++j) d[j] = std::exp(l[j] - lse) * invN;
-      d[targets[i]] -= invN;
+      ArrayRow<T>(dlogits + i * V, V) = (row - lse).exp() * invN;
+      dlogits[i * V + targets[i]] -= invN;
     }
   }
   double total = 0;

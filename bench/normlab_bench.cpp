@@ -1,0 +1,271 @@
+// normlab_bench: Google Benchmark suite for the CPU backend.
+//
+//   BM_GemmCeiling        a large float32 GEMM through the same backend: the
+//                          machine's ceiling, measured in the same run
+//   BM_TrainStep/<v>/...   full step (forward, backward, clip, AdamW, constraint)
+//   BM_<kernel>           per-kernel figures (GB/s or GFLOP/s)
+//
+// FLOPs per token of a step = 6 × (weights in matrix products, LM head
+// included, embedding lookup excluded) + 6 × layers × T × d  (docs/perf.md).
+#include <benchmark/benchmark.h>
+
+#include <random>
+#include <vector>
+
+#include "normlab/normlab.hpp"
+#include "normlab/train/variants.hpp"
+
+using namespace normlab;
+
+namespace {
+
+std::vector<float> random_floats(std::size_t n, std::uint64_t seed, float scale = 1.0f) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+// Matrix weights used in products, LM head included, embedding excluded.
+template <class Model>
+double matmul_weights(const Model& m) {
+  double n = 0;
+  for (const ParamSpec& s : m.params().specs())
+    if (s.role == ParamRole::matrix && s.name != "transformer.wte.weight") n += double(s.numel);
+  return n;
+}
+
+struct StepConfig {
+  std::int64_t d, layers, heads, T, B, V;
+};
+constexpr StepConfig kReference{256, 4, 4, 256, 8, 256};
+constexpr StepConfig kLarger{512, 6, 8, 512, 4, 256};
+
+template <class Tag>
+void BM_TrainStep(benchmark::State& state, StepConfig c) {
+  using Model = typename Tag::template model<float>;
+  ModelConfig mc;
+  mc.vocab_size = c.V;
+  mc.n_embd = c.d;
+  mc.n_head = c.heads;
+  mc.n_layer = c.layers;
+  Model model(mc, c.B, c.T);
+  model.init(1);
+  AdamWConfig oc;
+  oc.weight_decay = Model::scheme::rmsnorm_inputs ? 0.1 : 0.0;
+  AdamW<float> opt(model.params(), oc);
+  std::vector<std::int64_t> idx(c.B * c.T), tgt(idx.size());
+  std::mt19937_64 rng(2);
+  for (std::size_t i = 0; i < idx.size(); ++i) {
+    idx[i] = std::int64_t(rng() % std::uint64_t(c.V));
+    tgt[i] = std::int64_t(rng() % std::uint64_t(c.V));
+  }
+  for (auto _ : state) {
+    const StepResult r = train_step(model, opt, idx.data(), tgt.data(), c.B, c.T, 1e-3, 1.0);
+    benchmark::DoNotOptimize(r.loss);
+  }
+  const double tokens = double(c.B * c.T) * double(state.iterations());
+  const double flops_per_token = 6.0 * matmul_weights(model) + 6.0 * double(c.layers * c.T * c.d);
+  state.counters["tokens_per_second"] = benchmark::Counter(tokens, benchmark::Counter::kIsRate);
+  state.counters["gflops"] = benchmark::Counter(tokens * flops_per_token * 1e-9, benchmark::Counter::kIsRate);
+}
+
+template <class Tag>
+void register_steps() {
+  const std::string n(Tag::name);
+  benchmark::RegisterBenchmark(("BM_TrainStep/" + n + "/reference").c_str(), BM_TrainStep<Tag>, kReference)
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime()
+      ->MinTime(2.0);
+  benchmark::RegisterBenchmark(("BM_TrainStep/" + n + "/larger").c_str(), BM_TrainStep<Tag>, kLarger)
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime()
+      ->MinTime(2.0);
+}
+
+// ---------------------------------------------------------------- ceiling and kernels
+
+void gemm_flops(benchmark::State& state, double flops_per_iter) {
+  state.counters["gflops"] =
+      benchmark::Counter(flops_per_iter * double(state.iterations()) * 1e-9, benchmark::Counter::kIsRate);
+}
+void bytes_rate(benchmark::State& state, double bytes_per_iter) {
+  state.counters["GB/s"] =
+      benchmark::Counter(bytes_per_iter * double(state.iterations()) * 1e-9, benchmark::Counter::kIsRate);
+}
+
+// Y(N,out) = X(N,in) Wᵀ with N = in = out = size.
+void BM_GemmCeiling(benchmark::State& state) {
+  const std::int64_t n = state.range(0);
+  auto X = random_floats(n * n, 1), W = random_floats(n * n, 2);
+  std::vector<float> Y(n * n);
+  for (auto _ : state) {
+    cpu::linear_forward(Y.data(), X.data(), W.data(), n, n, n);
+    benchmark::ClobberMemory();
+  }
+  gemm_flops(state, 2.0 * double(n) * n * n);
+}
+BENCHMARK(BM_GemmCeiling)->Arg(1024)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// The model's GEMM shapes at the reference config (N = B·T = 2048 tokens):
+// args (in, out): qkv/o (256,256), fc (256,2048), proj (1024,256), lm head (256,256).
+void BM_Linear(benchmark::State& state) {
+  const std::int64_t N = 2048, in = state.range(0), out = state.range(1);
+  auto X = random_floats(N * in, 1), W = random_floats(out * in, 2), dY = random_floats(N * out, 3);
+  std::vector<float> Y(N * out), dX(N * in), dW(out * in);
+  const bool backward = state.range(2) != 0;
+  for (auto _ : state) {
+    if (backward)
+      cpu::linear_backward(dX.data(), dW.data(), dY.data(), X.data(), W.data(), N, in, out);
+    else
+      cpu::linear_forward(Y.data(), X.data(), W.data(), N, in, out);
+    benchmark::ClobberMemory();
+  }
+  gemm_flops(state, (backward ? 4.0 : 2.0) * double(N) * in * out);
+}
+BENCHMARK(BM_Linear)
+    ->ArgsProduct({{256}, {256, 2048}, {0, 1}})
+    ->Args({1024, 256, 0})
+    ->Args({1024, 256, 1})
+    ->UseRealTime();
+
+void BM_RowNormalize(benchmark::State& state) {
+  const std::int64_t N = 2048, C = state.range(0);
+  auto x = random_floats(N * C, 1);
+  std::vector<float> y(N * C), n(N);
+  for (auto _ : state) {
+    cpu::l2norm_rows_forward(y.data(), n.data(), x.data(), N, C);
+    benchmark::ClobberMemory();
+  }
+  bytes_rate(state, 2.0 * 4 * N * C);
+}
+BENCHMARK(BM_RowNormalize)->Arg(256)->Arg(1024)->UseRealTime();
+
+template <class Rule>
+void BM_Residual(benchmark::State& state) {
+  using Ops = ResidualOps<Rule, float>;
+  const std::int64_t N = 2048, C = 256;
+  auto h = random_floats(N * C, 1), f = random_floats(N * C, 2), g = random_floats(N * C, 3);
+  std::vector<float> alpha(C, 0.05f), out(N * C), dh(N * C), df(N * C), da(C);
+  Arena<float> counting;
+  typename Ops::Cache cache;
+  cache.bind(counting, N, C);
+  Arena<float> arena(counting.used());
+  cache.bind(arena, N, C);
+  const bool backward = state.range(0) != 0;
+  Ops::forward(cache, out.data(), h.data(), f.data(), alpha.data(), N, C);
+  for (auto _ : state) {
+    if (backward)
+      Ops::backward(dh.data(), df.data(), da.data(), g.data(), cache, out.data(), h.data(), f.data(), alpha.data(), N,
+                    C);
+    else
+      Ops::forward(cache, out.data(), h.data(), f.data(), alpha.data(), N, C);
+    benchmark::ClobberMemory();
+  }
+  // forward reads h, f and writes out (+ caches); backward reads dout, out, caches and writes dh, df
+  bytes_rate(state, (backward ? 5.0 : 5.0) * 4 * N * C);
+}
+BENCHMARK(BM_Residual<lerp_retract>)->Arg(0)->Arg(1)->UseRealTime();
+BENCHMARK(BM_Residual<lerp_nu>)->Arg(0)->Arg(1)->UseRealTime();
+BENCHMARK(BM_Residual<slerp>)->Arg(0)->Arg(1)->UseRealTime();
+
+// RoPE + per-head normalization + s_qk, as the sphere scheme runs them.
+void BM_QkNormRope(benchmark::State& state) {
+  const std::int64_t B = 8, T = 256, H = 4, D = 64, C = H * D, N = B * T;
+  auto q = random_floats(N * C, 1), s = random_floats(C, 2);
+  std::vector<float> cs(T * D / 2), sn(T * D / 2), qh(N * C), qs(N * C), nrm(N * H);
+  cpu::rope_table(cs.data(), sn.data(), T, D);
+  for (auto _ : state) {
+    cpu::rope_apply(q.data(), cs.data(), sn.data(), B, T, H, D, false);
+    cpu::l2norm_rows_forward(qh.data(), nrm.data(), q.data(), N * H, D);
+    cpu::scale_columns(qs.data(), qh.data(), s.data(), N, C);
+    benchmark::ClobberMemory();
+  }
+  bytes_rate(state, 6.0 * 4 * N * C);
+}
+BENCHMARK(BM_QkNormRope)->UseRealTime();
+
+void BM_ScaledSwiGLU(benchmark::State& state) {
+  const std::int64_t N = 2048, F = 1024;
+  auto uv = random_floats(N * 2 * F, 1), s = random_floats(2 * F, 2), dact = random_floats(N * F, 3);
+  std::vector<float> uvs(N * 2 * F), act(N * F), duv(N * 2 * F);
+  const bool backward = state.range(0) != 0;
+  for (auto _ : state) {
+    if (backward) {
+      cpu::swiglu_backward(duv.data(), dact.data(), uv.data(), N, F);
+    } else {
+      cpu::scale_columns(uvs.data(), uv.data(), s.data(), N, 2 * F);
+      cpu::swiglu_forward(act.data(), uvs.data(), N, F);
+    }
+    benchmark::ClobberMemory();
+  }
+  bytes_rate(state, backward ? 4.0 * 4 * N * 2 * F : 2.5 * 4 * N * 2 * F);
+}
+BENCHMARK(BM_ScaledSwiGLU)->Arg(0)->Arg(1)->UseRealTime();
+
+void BM_CrossEntropy(benchmark::State& state) {
+  const std::int64_t N = 2048, V = 256;
+  auto logits = random_floats(N * V, 1);
+  std::vector<float> d(N * V);
+  std::vector<std::int64_t> tgt(N);
+  for (std::int64_t i = 0; i < N; ++i) tgt[i] = i % V;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(cpu::cross_entropy(d.data(), logits.data(), tgt.data(), N, V));
+    benchmark::ClobberMemory();
+  }
+  bytes_rate(state, 2.0 * 4 * N * V);
+}
+BENCHMARK(BM_CrossEntropy)->UseRealTime();
+
+void BM_Attention(benchmark::State& state) {
+  const std::int64_t B = 8, T = state.range(0), H = 4, D = 64, C = H * D, N = B * T;
+  auto q = random_floats(N * C, 1, 0.1f), k = random_floats(N * C, 2, 0.1f), v = random_floats(N * C, 3),
+       dy = random_floats(N * C, 4);
+  std::vector<float> y(N * C), P(B * H * T * T), S(P.size()), dq(N * C), dk(N * C), dv(N * C);
+  const bool backward = state.range(1) != 0;
+  cpu::attention_forward(y.data(), P.data(), q.data(), k.data(), v.data(), B, T, H, D, 0.125f);
+  for (auto _ : state) {
+    if (backward)
+      cpu::attention_backward(dq.data(), dk.data(), dv.data(), S.data(), dy.data(), P.data(), q.data(), k.data(),
+                              v.data(), B, T, H, D, 0.125f);
+    else
+      cpu::attention_forward(y.data(), P.data(), q.data(), k.data(), v.data(), B, T, H, D, 0.125f);
+    benchmark::ClobberMemory();
+  }
+  // as computed (full T×T products): 2 GEMMs forward, 4 backward, of 2·T·T·D each per (b, h)
+  gemm_flops(state, (backward ? 4.0 : 2.0) * 2.0 * double(B * H) * T * T * D);
+}
+BENCHMARK(BM_Attention)->ArgsProduct({{256}, {0, 1}})->UseRealTime();
+
+void BM_AdamWConstraint(benchmark::State& state) {
+  ModelConfig mc;
+  mc.vocab_size = 256;
+  mc.n_embd = 256;
+  mc.n_head = 4;
+  mc.n_layer = 4;
+  NGPT<float> model(mc, 1, 8);
+  model.init(1);
+  AdamW<float> opt(model.params(), {});
+  auto g = random_floats(model.params().size(), 3, 1e-3f);
+  std::copy(g.begin(), g.end(), model.params().grads().begin());
+  for (auto _ : state) {
+    opt.step(model.params(), 1e-3);
+    model.apply_constraint();
+    benchmark::ClobberMemory();
+  }
+  // reads p, g, m, v; writes p, m, v; the constraint reads and writes p again
+  bytes_rate(state, 9.0 * 4 * double(model.params().size()));
+}
+BENCHMARK(BM_AdamWConstraint)->UseRealTime();
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::apply([](auto... tags) { (register_steps<decltype(tags)>(), ...); }, all_variants{});
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

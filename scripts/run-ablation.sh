@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The main job: trains gpt, ngpt and angpt on the Brown corpus (byte tokens)
+# with the same data, config and seed, then writes runs/ablation/results.md
+# (tokens and wall-clock time to reach gpt's final validation loss) and
+# runs/ablation/loss_vs_tokens.{png,svg}. About 15 minutes on 2 cores.
+#
+#   bash scripts/run-ablation.sh                      # the preset
+#   VARIANTS=gpt,gpt_alpha,ngpt,angpt SEEDS=1,2,3 STEPS=2000 bash scripts/run-ablation.sh   # a fuller study
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/bootstrap.sh
+VARIANTS=${VARIANTS:-gpt,ngpt,angpt}
+SEEDS=${SEEDS:-1}
+STEPS=${STEPS:-300}
+OUT=${OUT:-runs/ablation}
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+targets=(normlab-ablate)
+for v in ${VARIANTS//,/ }; do targets+=("train-$v"); done
+cmake --build build -j 2 --target "${targets[@]}"
+bash scripts/fetch-corpus.sh data
+./build/normlab-ablate --variants "$VARIANTS" --seeds "$SEEDS" --out "$OUT" -- \
+  --data brown --steps "$STEPS" --batch 16 --seq 128 --d 128 --layers 4 --heads 4 \
+  --eval-every 25 --eval-batches 8 --ckpt-every 100 "$@"
