@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
 VARIANTS=${VARIANTS:-gpt,ngpt,angpt}
 SEEDS=${SEEDS:-1}
-STEPS=${STEPS:-300}
+STEPS=${STEPS:-800}
 OUT=${OUT:-runs/ablation}
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 targets=(normlab-ablate)
@@ -20,4 +20,4 @@ cmake --build build -j 2 --target "${targets[@]}"
 bash scripts/fetch-corpus.sh data
 ./build/normlab-ablate --variants "$VARIANTS" --seeds "$SEEDS" --out "$OUT" -- \
   --data brown --steps "$STEPS" --batch 16 --seq 128 --d 128 --layers 4 --heads 4 \
-  --eval-every 25 --eval-batches 8 --ckpt-every 100 "$@"
+  --eval-every 50 --eval-batches 8 --ckpt-every 200 "$@"

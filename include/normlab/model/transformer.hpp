@@ -278,6 +278,10 @@ class Transformer {
   }
   std::int64_t last_batch() const { return B_; }
   std::int64_t last_seq() const { return T_; }
+  // Attention probabilities of layer l from the last forward(): (B,H,T,T) with
+  // B = last_batch(), T = last_seq(), contiguous; causal softmax rows, zeros above
+  // the diagonal (for diagnostics; decode_step does not fill it).
+  const T* attention_probs(std::int64_t l) const { return acts_.at(static_cast<std::size_t>(l)).P; }
 
  private:
   struct LayerOffsets {

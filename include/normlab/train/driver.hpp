@@ -200,6 +200,9 @@ int run_training(TrainOptions o) {
         throw Error(ckpt.string() + ": checkpoint has " + k.substr(4) + " = " + got + ", this run has " + v);
     }
     start = std::stoll(f.metadata_value("train.steps_done"));
+    // Temporary files of checkpoint writes a kill interrupted: never read, safe to drop.
+    for (const auto& e : fs::directory_iterator(o.out))
+      if (e.path().filename().string().rfind("ckpt.safetensors.tmp.", 0) == 0) fs::remove(e.path());
     sampler.restore({std::stoull(f.metadata_value("train.sampler_seed")),
                      std::stoull(f.metadata_value("train.sampler_batches"))});
     detail::truncate_metrics(metrics_path, start);
@@ -293,6 +296,7 @@ int run_training(TrainOptions o) {
       std::printf("step %lld/%lld  loss %.4f%s  %.0f tok/s  ETA %s\n", (long long)done, (long long)o.steps, loss,
                   eval_now ? ("  val " + detail::fmt(last_val)).c_str() : "", double(tokens_per_step) / dt,
                   detail::duration(eta).c_str());
+      std::fflush(stdout);  // a pipe (normlab-ablate, a log) sees progress as it happens
     }
     const bool stop_now = o.stop_at > 0 && done == o.stop_at;
     if ((o.ckpt_every > 0 && done % o.ckpt_every == 0) || done == o.steps || stop_now) save(done);
@@ -378,12 +382,19 @@ std::string run_sampling(const SampleOptions& s) {
   return s.prompt + data::decode_bytes(out);
 }
 
-// main() of every train-<variant> executable.
-template <class Tag>
-int train_main(int argc, char** argv) {
-  TrainOptions o;
-  SampleOptions so;
-  CLI::App app{"Train the '" + std::string(Tag::name) + "' variant (" + std::string(Tag::isolates) +
+// The command line of every train-<variant>. Returns an exit code when the
+// program should stop now (0 after --help, 2 on a bad flag), else nullopt.
+struct TrainCommand {
+  TrainOptions train;
+  SampleOptions sample;
+  bool sampling = false;
+};
+
+inline std::optional<int> parse_train_command(int argc, const char* const* argv, std::string_view variant,
+                                              std::string_view isolates, TrainCommand& cmd) {
+  TrainOptions& o = cmd.train;
+  SampleOptions& so = cmd.sample;
+  CLI::App app{"Train the '" + std::string(variant) + "' variant (" + std::string(isolates) +
                "), or sample from one of its checkpoints."};
   // A flag given twice takes its last value, so wrappers can append overrides.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
@@ -429,13 +440,24 @@ int train_main(int argc, char** argv) {
     app.exit(e);
     return 2;
   }
+  cmd.sampling = static_cast<bool>(*sample);
+  if (cmd.sampling) so.seed = o.seed;
+  return std::nullopt;
+}
+
+// main() of every train-<variant> executable.
+template <class Tag>
+int train_main(int argc, char** argv) {
+  TrainCommand cmd;
+  if (auto rc = parse_train_command(argc, argv, Tag::name, Tag::isolates, cmd)) return *rc;
+  TrainOptions& o = cmd.train;
+  SampleOptions& so = cmd.sample;
   try {
     if (o.d % o.heads != 0 || (o.d / o.heads) % 2 != 0)
       throw Error("--d " + std::to_string(o.d) + " must be a multiple of --heads " + std::to_string(o.heads) +
                   " with an even head dimension");
     if (o.stop_at > o.steps) throw Error("--stop-at must not exceed --steps");
-    if (*sample) {
-      so.seed = o.seed;
+    if (cmd.sampling) {
       std::printf("%s\n", run_sampling<Tag>(so).c_str());
       return 0;
     }
