@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -10,15 +11,17 @@
 #include "normlab/train/data.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  static const std::string path = "/tmp/normlab_fuzz_shard_" + std::to_string(getpid()) + ".bin";
-  {
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  // The input is both train.bin and val.bin of a shard directory.
+  static const std::string dir = "/tmp/normlab_fuzz_shard_" + std::to_string(getpid());
+  std::filesystem::create_directories(dir);
+  for (const char* name : {"/train.bin", "/val.bin"}) {
+    std::ofstream out(dir + name, std::ios::binary | std::ios::trunc);
     out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
   }
   const std::int64_t vocab = size > 0 ? 1 + data[0] * 16 : 1;  // vary the vocabulary with the input
   try {
-    const auto tokens = normlab::data::read_token_bin(path, vocab);
-    normlab::data::BatchSampler sampler(tokens, 2, 3, 7, "fuzz");
+    const normlab::data::TokenData td = normlab::data::load_bin_dir(dir, vocab);
+    normlab::data::BatchSampler sampler(td.train, 2, 3, 7, "fuzz");
     std::int64_t idx[6], tgt[6];
     sampler.next(idx, tgt);
     for (std::int64_t t : idx)

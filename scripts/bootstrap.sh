@@ -11,6 +11,7 @@ packages=(
   catch2                 # tests (Catch2 v2 on Debian 12)
   libbenchmark-dev       # benchmarks
   gnuplot-nox            # the ablation's loss plots (PNG, SVG)
+  clang libclang-rt-dev  # libFuzzer targets (scripts/fuzz.sh)
 )
 
 missing=()

@@ -1,5 +1,12 @@
-# Runs EXE FILE and checks its exit code is EXPECT_RC and its output contains EXPECT_TEXT.
-execute_process(COMMAND ${EXE} ${FILE} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+# Runs EXE with ARGS (a ;-list; or FILE, one argument) after an optional SETUP
+# command, and checks its exit code is EXPECT_RC and its output mentions EXPECT_TEXT.
+if(DEFINED SETUP)
+  execute_process(COMMAND ${SETUP})
+endif()
+if(DEFINED FILE)
+  list(APPEND ARGS ${FILE})
+endif()
+execute_process(COMMAND ${EXE} ${ARGS} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 message(STATUS "exit ${rc}\n${out}${err}")
 if(NOT rc EQUAL EXPECT_RC)
   message(FATAL_ERROR "expected exit code ${EXPECT_RC}, got ${rc}")

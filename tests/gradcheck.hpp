@@ -12,6 +12,8 @@
 #include <random>
 #include <vector>
 
+#include "normlab/train/gradcheck.hpp"
+
 namespace normlab::test {
 
 inline constexpr double kGradTol = 1e-6;
@@ -30,20 +32,12 @@ inline double dot(const std::vector<double>& a, const std::vector<double>& b) {
   return s;
 }
 
-// d loss / d x by central differences; x is restored afterwards.
+// d loss / d x by central differences over every entry; x is restored afterwards.
 inline std::vector<double> numeric_grad(std::vector<double>& x, const std::function<double()>& loss,
                                         double h = 1e-6) {
-  std::vector<double> g(x.size());
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    const double x0 = x[i];
-    x[i] = x0 + h;
-    const double lp = loss();
-    x[i] = x0 - h;
-    const double lm = loss();
-    x[i] = x0;
-    g[i] = (lp - lm) / (2 * h);
-  }
-  return g;
+  std::vector<std::size_t> all(x.size());
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
+  return central_differences(x, all, loss, h);
 }
 
 // ‖a − b‖ / ‖b‖ over all entries.

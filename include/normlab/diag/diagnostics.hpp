@@ -131,11 +131,15 @@ inline NormStats norm_stats(std::vector<double> v) {
 // Euclidean norms of the rows (columns) of M.
 inline NormStats row_norm_stats(const Eigen::MatrixXd& M) {
   const Eigen::VectorXd n = M.rowwise().norm();
-  return norm_stats(std::vector<double>(n.data(), n.data() + n.size()));
+  std::vector<double> v(static_cast<std::size_t>(n.size()));
+  Eigen::Map<Eigen::VectorXd>(v.data(), n.size()) = n;
+  return norm_stats(std::move(v));
 }
 inline NormStats col_norm_stats(const Eigen::MatrixXd& M) {
   const Eigen::RowVectorXd n = M.colwise().norm();
-  return norm_stats(std::vector<double>(n.data(), n.data() + n.size()));
+  std::vector<double> v(static_cast<std::size_t>(n.size()));
+  Eigen::Map<Eigen::RowVectorXd>(v.data(), n.size()) = n;
+  return norm_stats(std::move(v));
 }
 
 // Sample covariance (d×d) of the rows of X (n×d): rows centered on their mean,
@@ -732,22 +736,28 @@ inline std::vector<std::pair<std::string, double>> headline(const Report& r) {
 
 // Markdown table, one column per report; rows that apply to none are left out.
 inline std::string compare_markdown(const std::vector<Report>& reports) {
-  auto cell = [](std::string s) {  // a '|' inside a cell would split it
-    for (std::size_t i = 0; (i = s.find('|', i)) != std::string::npos; i += 2) s.insert(i, "\\");
-    return s;
+  auto cell = [](const std::string& s) {  // a '|' inside a cell would split it
+    std::string o;
+    o.reserve(s.size() + 4);
+    for (char ch : s) {
+      if (ch == '|') o.push_back('\\');
+      o.push_back(ch);
+    }
+    return o;
   };
   std::string out = "| figure |";
   std::string rule = "|---|";
   for (const auto& r : reports) {
-    out += " " + cell(r.source) + " |";
+    out.append(" ").append(cell(r.source)).append(" |");
     rule += "---:|";
   }
-  out += "\n" + rule + "\n| variant |";
-  for (const auto& r : reports) out += " " + r.variant + (r.post_hoc_normalized ? " (post-hoc normalized)" : "") + " |";
+  out.append("\n").append(rule).append("\n| variant |");
+  for (const auto& r : reports)
+    out.append(" ").append(r.variant).append(r.post_hoc_normalized ? " (post-hoc normalized)" : "").append(" |");
   out += "\n| d / layers / heads / vocab |";
   for (const auto& r : reports)
-    out += " " + std::to_string(r.n_embd) + " / " + std::to_string(r.n_layer) + " / " + std::to_string(r.n_head) +
-           " / " + std::to_string(r.vocab_size) + " |";
+    out.append(" ").append(std::to_string(r.n_embd)).append(" / ").append(std::to_string(r.n_layer))
+        .append(" / ").append(std::to_string(r.n_head)).append(" / ").append(std::to_string(r.vocab_size)).append(" |");
   out += "\n";
   std::vector<std::vector<std::pair<std::string, double>>> rows;
   for (const auto& r : reports) rows.push_back(headline(r));
@@ -756,8 +766,8 @@ inline std::string compare_markdown(const std::vector<Report>& reports) {
     bool any = false;
     for (const auto& hr : rows) any = any || !std::isnan(hr[i].second);
     if (!any) continue;
-    out += "| " + cell(rows[0][i].first) + " |";
-    for (const auto& hr : rows) out += " " + detail::num(hr[i].second) + " |";
+    out.append("| ").append(cell(rows[0][i].first)).append(" |");
+    for (const auto& hr : rows) out.append(" ").append(detail::num(hr[i].second)).append(" |");
     out += "\n";
   }
   return out;
