@@ -4,6 +4,7 @@
 # Prints the executions per target; exits non-zero on the first finding
 # (the crashing input is left in build-fuzz/).
 #   bash scripts/fuzz.sh [SECONDS] [TARGET...]
+# FUZZ_SEED fixes libFuzzer's seed (CI uses 1, so its runs are repeatable); unset, it is random.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_PER_TARGET=${1:-60}
@@ -29,7 +30,9 @@ for t in "${targets[@]}"; do
   work="$out/corpus_$t"
   mkdir -p "$work"
   log="$out/fuzz_$t.log"
-  (cd "$out" && ASAN_OPTIONS=detect_leaks=1 ./"fuzz_$t" -max_total_time="$SECONDS_PER_TARGET" -timeout=10 \
+  seed=()
+  [ -n "${FUZZ_SEED:-}" ] && seed=(-seed="$FUZZ_SEED")
+  (cd "$out" && ASAN_OPTIONS=detect_leaks=1 ./"fuzz_$t" "${seed[@]}" -max_total_time="$SECONDS_PER_TARGET" -timeout=10 \
       -rss_limit_mb=4096 -close_fd_mask=3 -print_final_stats=1 "corpus_$t" "../fuzz/corpus/$t" >"fuzz_$t.log" 2>&1) || {
     echo "fuzz: $t FOUND A FAILURE; see $log"; tail -40 "$log"; exit 1; }
   execs=$(grep -m1 'stat::number_of_executed_units' "$log" | awk '{print $2}')
