@@ -565,13 +565,11 @@ class Transformer {
   }
 
   static void scale_inplace(T* x, T c, std::int64_t n) {
-#pragma omp parallel for if (n > cpu::kParallelGrain)
-    for (std::int64_t i = 0; i < n; ++i) x[i] *= c;
+    cpu::parallel_for(n, n > cpu::kParallelGrain, [&](std::int64_t i) { x[i] *= c; });
   }
 
   static void add_into(T* dst, const T* src, std::int64_t n) {
-#pragma omp parallel for if (n > cpu::kParallelGrain)
-    for (std::int64_t i = 0; i < n; ++i) dst[i] += src[i];
+    cpu::parallel_for(n, n > cpu::kParallelGrain, [&](std::int64_t i) { dst[i] += src[i]; });
   }
   // Box–Muller on mt19937_64: the same numbers on every platform (std::normal_distribution is not specified).
   static void fill_normal(T* p, std::size_t n, double stddev, std::mt19937_64& rng) {

@@ -29,22 +29,21 @@ void apply_weight_constraint(ParamStore<T>& store, WeightConstraint mode) {
     T* W = store.value(s.offset);
     const std::int64_t R = s.shape.at(0), Cn = s.shape.at(1);
     if (s.axis == NormAxis::rows) {
-#pragma omp parallel for if (R * Cn > cpu::kParallelGrain)
-      for (std::int64_t i = 0; i < R; ++i) {
+      cpu::parallel_for(R, R * Cn > cpu::kParallelGrain, [&](std::int64_t i) {
         T ss = 0;
         for (std::int64_t j = 0; j < Cn; ++j) ss += W[i * Cn + j] * W[i * Cn + j];
         const T f = detail::constrained_factor(std::sqrt(ss), mode);
         for (std::int64_t j = 0; j < Cn; ++j) W[i * Cn + j] *= f;
-      }
+      });
     } else {
       // Column norms through a row-order walk (cache-friendly), then one scaling pass.
       T* f = scratch.data();
       std::fill_n(f, Cn, T(0));
       cpu::column_reduce(f, R, Cn, [&](std::int64_t i, std::int64_t j) { return W[i * Cn + j] * W[i * Cn + j]; });
       for (std::int64_t j = 0; j < Cn; ++j) f[j] = detail::constrained_factor(std::sqrt(f[j]), mode);
-#pragma omp parallel for if (R * Cn > cpu::kParallelGrain)
-      for (std::int64_t i = 0; i < R; ++i)
+      cpu::parallel_for(R, R * Cn > cpu::kParallelGrain, [&](std::int64_t i) {
         for (std::int64_t j = 0; j < Cn; ++j) W[i * Cn + j] *= f[j];
+      });
     }
   }
 }

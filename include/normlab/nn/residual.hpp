@@ -33,18 +33,16 @@ struct ResidualOps<residual_add, T> {
   };
   static void forward(Cache&, T* out, const T* h, const T* f, const T* /*alpha*/, std::int64_t N,
                       std::int64_t C) {
-#pragma omp parallel for if (N * C > cpu::kParallelGrain)
-    for (std::int64_t i = 0; i < N * C; ++i) out[i] = h[i] + f[i];
+    cpu::parallel_for(N * C, N * C > cpu::kParallelGrain, [&](std::int64_t i) { out[i] = h[i] + f[i]; });
   }
   // dh may alias dout (the residual stream gradient is updated in place).
   static void backward(T* dh, T* df, T* /*dalpha*/, const T* dout, const Cache&, const T* /*out*/,
                        const T* /*h*/, const T* /*f*/, const T* /*alpha*/, std::int64_t N, std::int64_t C) {
-#pragma omp parallel for if (N * C > cpu::kParallelGrain)
-    for (std::int64_t i = 0; i < N * C; ++i) {
+    cpu::parallel_for(N * C, N * C > cpu::kParallelGrain, [&](std::int64_t i) {
       const T g = dout[i];
       df[i] = g;
       dh[i] = g;
-    }
+    });
   }
 };
 
@@ -69,8 +67,7 @@ struct ResidualOps<lerp_retract, T> {
 
   static void forward(Cache& c, T* out, const T* h, const T* f, const T* alpha, std::int64_t N,
                       std::int64_t C) {
-#pragma omp parallel for if (N * C > cpu::kParallelGrain)
-    for (std::int64_t i = 0; i < N; ++i) {
+    cpu::parallel_for(N, N * C > cpu::kParallelGrain, [&](std::int64_t i) {
       const T* hi = h + i * C;
       const T* fi = f + i * C;
       T sh = 0, sf = 0;
@@ -94,26 +91,24 @@ struct ResidualOps<lerp_retract, T> {
       const T nz = std::sqrt(sz);
       c.nz[i] = nz;
       for (std::int64_t j = 0; j < C; ++j) o[j] /= nz;
-    }
+    });
   }
 
   // dz = (dout − out (out·dout)) / ‖z‖; dα += Σ_rows dz ⊙ (Bf − A);
   // dh = Nᵀ(A, dz ⊙ (1−α)); df = Nᵀ(Bf, dz ⊙ α). dh may alias dout.
   static void backward(T* dh, T* df, T* dalpha, const T* dout, const Cache& c, const T* out, const T* /*h*/,
                        const T* /*f*/, const T* alpha, std::int64_t N, std::int64_t C) {
-#pragma omp parallel for if (N * C > cpu::kParallelGrain)
-    for (std::int64_t i = 0; i < N; ++i) {
+    cpu::parallel_for(N, N * C > cpu::kParallelGrain, [&](std::int64_t i) {
       T d = 0;
       for (std::int64_t j = 0; j < C; ++j) d += out[i * C + j] * dout[i * C + j];
       c.dot[i] = d;
-    }
+    });
     // dα first (deterministic column reduction), before dout may be overwritten.
     cpu::column_reduce(dalpha, N, C, [&](std::int64_t i, std::int64_t j) {
       const std::int64_t k = i * C + j;
       return (dout[k] - out[k] * c.dot[i]) / c.nz[i] * (c.Bf[k] - c.A[k]);
     });
-#pragma omp parallel for if (N * C > cpu::kParallelGrain)
-    for (std::int64_t i = 0; i < N; ++i) {
+    cpu::parallel_for(N, N * C > cpu::kParallelGrain, [&](std::int64_t i) {
       const T* o = out + i * C;
       const T* g = dout + i * C;
       const T* A = c.A + i * C;
@@ -133,7 +128,7 @@ struct ResidualOps<lerp_retract, T> {
         dfi[j] = (dz * alpha[j] - Bf[j] * sB) * inf;
         dhi[j] = (dz * (T(1) - alpha[j]) - A[j] * sA) * inh;  // last: dhi may alias g
       }
-    }
+    });
   }
 };
 
@@ -144,24 +139,24 @@ struct ResidualOps<lerp, T> {
     void bind(Arena<T>&, std::int64_t, std::int64_t) {}
   };
   static void forward(Cache&, T* out, const T* h, const T* f, const T* alpha, std::int64_t N, std::int64_t C) {
-#pragma omp parallel for if (N * C > cpu::kParallelGrain)
-    for (std::int64_t i = 0; i < N; ++i)
+    cpu::parallel_for(N, N * C > cpu::kParallelGrain, [&](std::int64_t i) {
       for (std::int64_t j = 0; j < C; ++j) {
         const std::int64_t k = i * C + j;
         out[k] = h[k] + alpha[j] * (f[k] - h[k]);
       }
+    });
   }
   static void backward(T* dh, T* df, T* dalpha, const T* dout, const Cache&, const T* /*out*/, const T* h,
                        const T* f, const T* alpha, std::int64_t N, std::int64_t C) {
     cpu::column_dot_accumulate_diff(dalpha, dout, f, h, N, C);
-#pragma omp parallel for if (N * C > cpu::kParallelGrain)
-    for (std::int64_t i = 0; i < N; ++i)
+    cpu::parallel_for(N, N * C > cpu::kParallelGrain, [&](std::int64_t i) {
       for (std::int64_t j = 0; j < C; ++j) {
         const std::int64_t k = i * C + j;
         const T g = dout[k];
         df[k] = g * alpha[j];
         dh[k] = g * (T(1) - alpha[j]);
       }
+    });
   }
 };
 
@@ -174,12 +169,12 @@ struct ResidualOps<lerp_nu, T> {
   };
   static T nu(T a) { return T(1) / std::sqrt((T(1) - a) * (T(1) - a) + a * a); }
   static void forward(Cache&, T* out, const T* h, const T* f, const T* alpha, std::int64_t N, std::int64_t C) {
-#pragma omp parallel for if (N * C > cpu::kParallelGrain)
-    for (std::int64_t i = 0; i < N; ++i)
+    cpu::parallel_for(N, N * C > cpu::kParallelGrain, [&](std::int64_t i) {
       for (std::int64_t j = 0; j < C; ++j) {
         const std::int64_t k = i * C + j;
         out[k] = nu(alpha[j]) * (h[k] + alpha[j] * (f[k] - h[k]));
       }
+    });
   }
   // dν/dα = −(2α − 1) ν³
   static void backward(T* dh, T* df, T* dalpha, const T* dout, const Cache&, const T* /*out*/, const T* h,
@@ -190,14 +185,14 @@ struct ResidualOps<lerp_nu, T> {
       const T z = h[k] + a * (f[k] - h[k]);
       return dout[k] * (v * (f[k] - h[k]) + dv * z);
     });
-#pragma omp parallel for if (N * C > cpu::kParallelGrain)
-    for (std::int64_t i = 0; i < N; ++i)
+    cpu::parallel_for(N, N * C > cpu::kParallelGrain, [&](std::int64_t i) {
       for (std::int64_t j = 0; j < C; ++j) {
         const std::int64_t k = i * C + j;
         const T g = dout[k] * nu(alpha[j]);
         df[k] = g * alpha[j];
         dh[k] = g * (T(1) - alpha[j]);
       }
+    });
   }
 };
 
@@ -273,8 +268,7 @@ struct ResidualOps<slerp, T> {
   };
 
   static void forward(Cache& c, T* out, const T* h, const T* f, const T* alpha, std::int64_t N, std::int64_t C) {
-#pragma omp parallel for if (N * C > cpu::kParallelGrain)
-    for (std::int64_t i = 0; i < N; ++i) {
+    cpu::parallel_for(N, N * C > cpu::kParallelGrain, [&](std::int64_t i) {
       const T* hi = h + i * C;
       const T* fi = f + i * C;
       double sh = 0, sf = 0;
@@ -320,7 +314,7 @@ struct ResidualOps<slerp, T> {
       const double nz = std::sqrt(sz);
       c.nz[i] = T(nz);
       for (std::int64_t j = 0; j < C; ++j) o[j] = T(o[j] / nz);
-    }
+    });
   }
 
   // dz = Nᵀ(out, dout); through z = P A + Q Bf with P = g(1−α,θ), Q = g(α,θ):
@@ -328,12 +322,11 @@ struct ResidualOps<slerp, T> {
   //   = −Σ dz ⊙ (P'/sin θ ⊙ A + Q'/sin θ ⊙ Bf); dα = Σ dz ⊙ (−∂P/∂β ⊙ A + ∂Q/∂β ⊙ Bf).
   static void backward(T* dh, T* df, T* dalpha, const T* dout, const Cache& c, const T* out, const T* /*h*/,
                        const T* /*f*/, const T* alpha, std::int64_t N, std::int64_t C) {
-#pragma omp parallel for if (N * C > cpu::kParallelGrain)
-    for (std::int64_t i = 0; i < N; ++i) {
+    cpu::parallel_for(N, N * C > cpu::kParallelGrain, [&](std::int64_t i) {
       double d = 0;
       for (std::int64_t j = 0; j < C; ++j) d += double(out[i * C + j]) * dout[i * C + j];
       c.dot[i] = T(d);
-    }
+    });
     // dα first (deterministic column reduction, in double), before dh overwrites dout.
     std::fill_n(c.dalpha_acc, C, 0.0);
     cpu::column_reduce(c.dalpha_acc, N, C, [&](std::int64_t i, std::int64_t j) {
@@ -344,8 +337,7 @@ struct ResidualOps<slerp, T> {
       return dz * (-ang.coef(1.0 - a).dg_dbeta * c.A[k] + ang.coef(a).dg_dbeta * c.Bf[k]);
     });
     for (std::int64_t j = 0; j < C; ++j) dalpha[j] += T(c.dalpha_acc[j]);
-#pragma omp parallel for if (N * C > cpu::kParallelGrain)
-    for (std::int64_t i = 0; i < N; ++i) {
+    cpu::parallel_for(N, N * C > cpu::kParallelGrain, [&](std::int64_t i) {
       const T* o = out + i * C;
       const T* g = dout + i * C;
       const T* A = c.A + i * C;
@@ -380,7 +372,7 @@ struct ResidualOps<slerp, T> {
         dfi[j] = T((dB - Bf[j] * sB) * inf);
         dhi[j] = T((dA - A[j] * sA) * inh);  // last: dhi may alias g
       }
-    }
+    });
   }
 };
 

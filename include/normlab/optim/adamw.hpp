@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "normlab/backend/cpu/ops.hpp"
 #include "normlab/core/error.hpp"
 #include "normlab/model/params.hpp"
 
@@ -73,8 +74,7 @@ class AdamW {
       const std::int64_t n = static_cast<std::int64_t>(s.numel);
       constexpr std::int64_t kChunk = 1 << 14;
       const std::int64_t chunks = (n + kChunk - 1) / kChunk;
-#pragma omp parallel for if (chunks > 1)
-      for (std::int64_t c = 0; c < chunks; ++c) {
+      cpu::parallel_for(chunks, chunks > 1, [&](std::int64_t c) {
         const std::int64_t i0 = c * kChunk, len = std::min(kChunk, n - i0);
         using A = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
         using CA = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
@@ -84,7 +84,7 @@ class AdamW {
         M = b1 * M + (T(1) - b1) * Gr;
         Vs = b2 * Vs + (T(1) - b2) * Gr * Gr;
         P -= step_size * (M / (Vs.sqrt() / sqrt_bc2 + eps));
-      }
+      });
     }
   }
 

@@ -8,6 +8,9 @@
 //  * reductions over rows into a parameter gradient go through column_reduce so
 //    results do not depend on the thread count (resume must be bit-exact).
 #include <Eigen/Core>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -20,6 +23,35 @@ namespace normlab::cpu {
 // (a fork/join is a few microseconds; tiny models would spend most time there).
 inline constexpr std::int64_t kParallelGrain = 1 << 15;
 
+inline int max_threads() {
+#ifdef _OPENMP
+  return omp_get_max_threads();
+#else
+  return 1;
+#endif
+}
+inline bool in_parallel() {
+#ifdef _OPENMP
+  return omp_in_parallel() != 0;
+#else
+  return false;
+#endif
+}
+
+// body(i) for i in [0, n), split statically over the OpenMP team when
+// `parallel` holds. Serial work never enters an OpenMP region: a region with
+// if(false), or one nested in another, still builds a one-thread team, which
+// libgomp allocates and frees every time (a step must not allocate).
+template <class Body>
+void parallel_for(std::int64_t n, bool parallel, Body&& body) {
+  if (parallel && n > 1 && max_threads() > 1 && !in_parallel()) {
+#pragma omp parallel for schedule(static)
+    for (std::int64_t i = 0; i < n; ++i) body(i);
+  } else {
+    for (std::int64_t i = 0; i < n; ++i) body(i);
+  }
+}
+
 // out[j] += Σ_i term(i, j) over rows i = 0..N−1, for every column j < L.
 // Columns go in blocks of 64: each block walks the rows in order reading 64
 // contiguous values per row (cache-friendly, unlike a strided walk down one
@@ -29,14 +61,13 @@ template <class T, class Term>
 void column_reduce(T* out, std::int64_t N, std::int64_t L, Term&& term) {
   constexpr std::int64_t kBlock = 64;
   const std::int64_t blocks = (L + kBlock - 1) / kBlock;
-#pragma omp parallel for if (N * L > kParallelGrain)
-  for (std::int64_t b = 0; b < blocks; ++b) {
+  parallel_for(blocks, N * L > kParallelGrain, [&](std::int64_t b) {
     const std::int64_t j0 = b * kBlock, j1 = std::min(L, j0 + kBlock);
     T acc[kBlock] = {};
     for (std::int64_t i = 0; i < N; ++i)
       for (std::int64_t j = j0; j < j1; ++j) acc[j - j0] += term(i, j);
     for (std::int64_t j = j0; j < j1; ++j) out[j] += acc[j - j0];
-  }
+  });
 }
 
 template <class T>
@@ -54,34 +85,106 @@ using ArrayRow = Eigen::Map<Eigen::Array<T, 1, Eigen::Dynamic>>;
 template <class T>
 using CArrayRow = Eigen::Map<const Eigen::Array<T, 1, Eigen::Dynamic>>;
 
+// ---------------------------------------------------------------- scratch
+namespace detail {
+// Per-thread scratch that only grows: once a kernel has run at a given size,
+// its temporary storage costs no allocation (a steady-state step allocates
+// nothing; tests/test_noalloc.cpp). Each (type, slot) pair is its own buffer,
+// so a kernel may use one slot while a GEMM it calls uses another.
+enum ScratchSlot : int { kGemmPack = 0, kAttention = 1, kRowLoss = 2 };
+template <class T, int Slot>
+T* thread_scratch(std::size_t n) {
+  thread_local std::vector<T, Eigen::aligned_allocator<T>> buf;
+  if (buf.size() < n) buf.resize(n);
+  return buf.data();
+}
+
+// Eigen's blocking object with the packing buffers supplied by the caller.
+template <class T>
+class GivenBlocking : public Eigen::internal::level3_blocking<T, T> {
+ public:
+  GivenBlocking(T* a, T* b, Eigen::Index kc, Eigen::Index mc, Eigen::Index nc) {
+    this->m_blockA = a;
+    this->m_blockB = b;
+    this->m_kc = kc;
+    this->m_mc = mc;
+    this->m_nc = nc;
+  }
+};
+}  // namespace detail
+
+// C(M,N) (row-major, leading dimension ldc) = alpha·op(A)(M,K)·op(B)(K,N) + beta_one·C,
+// where A/B are read row- or column-major (LhsOrder/RhsOrder) with leading
+// dimensions lda/ldb. Eigen's GEBP kernels do the arithmetic; what is ours is
+// the packing workspace (per thread, grown once, so no heap allocation in a
+// step; Eigen's own product allocates its packing buffers on every call) and
+// the threading: rows of C are split in whole micro-panels, each thread runs
+// the sequential kernel on its rows. Inside an OpenMP region (attention's
+// per-head loops) it runs on the calling thread only.
+template <class T, int LhsOrder, int RhsOrder>
+void gemm(std::int64_t M, std::int64_t N, std::int64_t K, const T* A, std::int64_t lda, const T* B, std::int64_t ldb,
+          T* C, std::int64_t ldc, bool accumulate, T alpha = T(1)) {
+  if (M <= 0 || N <= 0) return;
+  if (!accumulate)
+    for (std::int64_t i = 0; i < M; ++i) std::fill_n(C + i * ldc, N, T(0));
+  if (K <= 0) return;
+  using Product = Eigen::internal::general_matrix_matrix_product<Eigen::Index, T, LhsOrder, false, T, RhsOrder, false,
+                                                                 Eigen::RowMajor, 1>;
+  // Blocking sizes of the whole problem, for every thread's share: a row-major
+  // C is computed as the column-major Cᵀ, so Eigen's "rows" are our N.
+  Eigen::Index kc = K, mc = N, nc = M;
+  Eigen::internal::computeProductBlockingSizes<T, T>(kc, mc, nc, Eigen::Index(1));
+  const std::size_t sizeA = std::size_t(kc) * std::size_t(mc), sizeB = std::size_t(kc) * std::size_t(nc);
+  // Round each buffer up to a cache line so B's buffer stays aligned.
+  const std::size_t padA = (sizeA + 15) / 16 * 16;
+  auto run_rows = [&](std::int64_t r0, std::int64_t r1) {
+    if (r1 <= r0) return;
+    T* pack = detail::thread_scratch<T, detail::kGemmPack>(padA + sizeB);
+    detail::GivenBlocking<T> blocking(pack, pack + padA, kc, mc, nc);
+    const T* a = A + (LhsOrder == Eigen::RowMajor ? r0 * lda : r0);
+    Product::run(r1 - r0, N, K, a, lda, B, ldb, C + r0 * ldc, 1, ldc, alpha, blocking, nullptr);
+  };
+  const int threads = in_parallel() ? 1 : max_threads();
+  const double work = double(M) * double(N) * double(K);
+  if (threads == 1 || work < 1 << 18 || M < 32) {
+    run_rows(0, M);
+    return;
+  }
+  // Whole 16-row panels per thread (a multiple of the AVX-512 float micro-panel).
+  const std::int64_t panels = (M + 15) / 16;
+#pragma omp parallel num_threads(threads)
+  {
+#ifdef _OPENMP
+    const std::int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+#else
+    const std::int64_t t = 0, nt = 1;
+#endif
+    const std::int64_t p0 = panels * t / nt, p1 = panels * (t + 1) / nt;
+    run_rows(std::min(M, p0 * 16), std::min(M, p1 * 16));
+  }
+}
+
 // ---------------------------------------------------------------- GEMMs
-// Y(N,out) = X(N,in) Wᵀ  (or += when accumulate)
+// Y(N,out) = X(N,in) Wᵀ  (or += when accumulate). Wᵀ is W read column-major: no transposed copy.
 template <class T>
 void linear_forward(T* Y, const T* X, const T* W, std::int64_t N, std::int64_t in, std::int64_t out,
                     bool accumulate = false) {
-  MapMat<T> y(Y, N, out);
-  CMapMat<T> x(X, N, in), w(W, out, in);
-  if (accumulate)
-    y.noalias() += x * w.transpose();
-  else
-    y.noalias() = x * w.transpose();
+  gemm<T, Eigen::RowMajor, Eigen::ColMajor>(N, out, in, X, in, W, in, Y, out, accumulate);
 }
 
-// dX(N,in) = dY(N,out) W(out,in);  dW(out,in) += dYᵀ X
+// dX(N,in) = dY(N,out) W(out,in);  dW(out,in) += dYᵀ X  (dYᵀ: dY read column-major)
 template <class T>
 void linear_backward(T* dX, T* dW, const T* dY, const T* X, const T* W, std::int64_t N, std::int64_t in,
                      std::int64_t out) {
-  CMapMat<T> dy(dY, N, out), x(X, N, in), w(W, out, in);
-  if (dX) MapMat<T>(dX, N, in).noalias() = dy * w;
-  if (dW) MapMat<T>(dW, out, in).noalias() += dy.transpose() * x;
+  if (dX) gemm<T, Eigen::RowMajor, Eigen::RowMajor>(N, in, out, dY, out, W, in, dX, in, false);
+  if (dW) gemm<T, Eigen::ColMajor, Eigen::RowMajor>(out, in, N, dY, out, X, in, dW, in, true);
 }
 
 // ---------------------------------------------------------------- embedding
 // out(N,C) = wte[idx]
 template <class T>
 void embedding_forward(T* out, const std::int64_t* idx, const T* wte, std::int64_t N, std::int64_t C) {
-#pragma omp parallel for if (N * C > kParallelGrain)
-  for (std::int64_t i = 0; i < N; ++i) std::copy_n(wte + idx[i] * C, C, out + i * C);
+  parallel_for(N, N * C > kParallelGrain, [&](std::int64_t i) { std::copy_n(wte + idx[i] * C, C, out + i * C); });
 }
 
 // dwte[idx] += dout. Sequential over tokens: repeated tokens must add in a fixed order.
@@ -98,8 +201,7 @@ void embedding_backward(T* dwte, const std::int64_t* idx, const T* dout, std::in
 // y = x / sqrt(mean(x²) + eps) ⊙ w ; rstd(N) saved for backward
 template <class T>
 void rmsnorm_forward(T* y, T* rstd, const T* x, const T* w, std::int64_t N, std::int64_t C, T eps) {
-#pragma omp parallel for if (N * C > kParallelGrain)
-  for (std::int64_t i = 0; i < N; ++i) {
+  parallel_for(N, N * C > kParallelGrain, [&](std::int64_t i) {
     const T* xi = x + i * C;
     T ss = 0;
     for (std::int64_t c = 0; c < C; ++c) ss += xi[c] * xi[c];
@@ -107,15 +209,14 @@ void rmsnorm_forward(T* y, T* rstd, const T* x, const T* w, std::int64_t N, std:
     rstd[i] = r;
     T* yi = y + i * C;
     for (std::int64_t c = 0; c < C; ++c) yi[c] = xi[c] * r * w[c];
-  }
+  });
 }
 
 // dx = r (dy⊙w) − x r³/C Σ(dy⊙w⊙x);  dw += Σ_rows dy ⊙ x r
 template <class T>
 void rmsnorm_backward(T* dx, T* dw, const T* dy, const T* x, const T* w, const T* rstd, std::int64_t N,
                       std::int64_t C) {
-#pragma omp parallel for if (N * C > kParallelGrain)
-  for (std::int64_t i = 0; i < N; ++i) {
+  parallel_for(N, N * C > kParallelGrain, [&](std::int64_t i) {
     const T* xi = x + i * C;
     const T* gi = dy + i * C;
     const T r = rstd[i];
@@ -124,7 +225,7 @@ void rmsnorm_backward(T* dx, T* dw, const T* dy, const T* x, const T* w, const T
     const T k = r * r * r * dot / T(C);
     T* di = dx + i * C;
     for (std::int64_t c = 0; c < C; ++c) di[c] = r * gi[c] * w[c] - k * xi[c];
-  }
+  });
   column_reduce(dw, N, C, [&](std::int64_t i, std::int64_t c) { return dy[i * C + c] * x[i * C + c] * rstd[i]; });
 }
 
@@ -132,8 +233,7 @@ void rmsnorm_backward(T* dx, T* dw, const T* dy, const T* x, const T* w, const T
 // Rows of length L (a token's d, or one head's dk): y = x/‖x‖, norm saved. No epsilon, as the reference.
 template <class T>
 void l2norm_rows_forward(T* y, T* norm, const T* x, std::int64_t rows, std::int64_t L) {
-#pragma omp parallel for if (rows * L > kParallelGrain)
-  for (std::int64_t i = 0; i < rows; ++i) {
+  parallel_for(rows, rows * L > kParallelGrain, [&](std::int64_t i) {
     const T* xi = x + i * L;
     T ss = 0;
     for (std::int64_t c = 0; c < L; ++c) ss += xi[c] * xi[c];
@@ -142,14 +242,13 @@ void l2norm_rows_forward(T* y, T* norm, const T* x, std::int64_t rows, std::int6
     const T inv = T(1) / n;
     T* yi = y + i * L;
     for (std::int64_t c = 0; c < L; ++c) yi[c] = xi[c] * inv;
-  }
+  });
 }
 
 // dx = (dy − y (y·dy)) / ‖x‖ ; dx may alias dy
 template <class T>
 void l2norm_rows_backward(T* dx, const T* dy, const T* y, const T* norm, std::int64_t rows, std::int64_t L) {
-#pragma omp parallel for if (rows * L > kParallelGrain)
-  for (std::int64_t i = 0; i < rows; ++i) {
+  parallel_for(rows, rows * L > kParallelGrain, [&](std::int64_t i) {
     const T* yi = y + i * L;
     const T* gi = dy + i * L;
     T dot = 0;
@@ -157,7 +256,7 @@ void l2norm_rows_backward(T* dx, const T* dy, const T* y, const T* norm, std::in
     const T inv = T(1) / norm[i];
     T* di = dx + i * L;
     for (std::int64_t c = 0; c < L; ++c) di[c] = (gi[c] - yi[c] * dot) * inv;
-  }
+  });
 }
 
 // ---------------------------------------------------------------- RoPE (rotate-half)
@@ -180,8 +279,7 @@ void rope_apply(T* x, const T* cosv, const T* sinv, std::int64_t B, std::int64_t
                 std::int64_t dk, bool inverse, std::int64_t pos0 = 0) {
   const std::int64_t h = dk / 2;
   const T sgn = inverse ? T(-1) : T(1);
-#pragma omp parallel for if (B * Tn * H * dk > kParallelGrain)
-  for (std::int64_t bt = 0; bt < B * Tn; ++bt) {
+  parallel_for(B * Tn, B * Tn * H * dk > kParallelGrain, [&](std::int64_t bt) {
     const std::int64_t p = pos0 + bt % Tn;  // pos0: first position (incremental decoding)
     for (std::int64_t hd = 0; hd < H; ++hd) {
       T* v = x + (bt * H + hd) * dk;
@@ -192,7 +290,7 @@ void rope_apply(T* x, const T* cosv, const T* sinv, std::int64_t B, std::int64_t
         v[i + h] = b * c + a * s;
       }
     }
-  }
+  });
 }
 
 // ---------------------------------------------------------------- causal attention
@@ -201,8 +299,7 @@ template <class T>
 void attention_forward(T* y, T* P, const T* q, const T* k, const T* v, std::int64_t B, std::int64_t Tn,
                        std::int64_t H, std::int64_t dk, T scale) {
   const std::int64_t C = H * dk;
-#pragma omp parallel for if (B * H * Tn * Tn * dk > kParallelGrain)
-  for (std::int64_t bh = 0; bh < B * H; ++bh) {
+  parallel_for(B * H, B * H * Tn * Tn * dk > kParallelGrain, [&](std::int64_t bh) {
     const std::int64_t b = bh / H, hd = bh % H;
     const std::int64_t off = b * Tn * C + hd * dk;
     CStridedMap<T> Q(q + off, Tn, dk, Eigen::OuterStride<>(C));
@@ -219,7 +316,7 @@ void attention_forward(T* y, T* P, const T* q, const T* k, const T* v, std::int6
       std::fill(S.data() + t * Tn + t + 1, S.data() + (t + 1) * Tn, T(0));
     }
     Y.noalias() = S * V;
-  }
+  });
 }
 
 // dS = P ⊙ (dP − rowsum(dP ⊙ P)), dP = dY Vᵀ; dq = scale dS K; dk = scale dSᵀ Q; dv = Pᵀ dY.
@@ -228,8 +325,7 @@ template <class T>
 void attention_backward(T* dq, T* dk_, T* dv, T* scratch, const T* dy, const T* P, const T* q, const T* k,
                         const T* v, std::int64_t B, std::int64_t Tn, std::int64_t H, std::int64_t dk, T scale) {
   const std::int64_t C = H * dk;
-#pragma omp parallel for if (B * H * Tn * Tn * dk > kParallelGrain)
-  for (std::int64_t bh = 0; bh < B * H; ++bh) {
+  parallel_for(B * H, B * H * Tn * Tn * dk > kParallelGrain, [&](std::int64_t bh) {
     const std::int64_t b = bh / H, hd = bh % H;
     const std::int64_t off = b * Tn * C + hd * dk;
     CStridedMap<T> Q(q + off, Tn, dk, Eigen::OuterStride<>(C));
@@ -253,7 +349,7 @@ void attention_backward(T* dq, T* dk_, T* dv, T* scratch, const T* dy, const T* 
     }
     dQ.noalias() = dS * K;
     dK.noalias() = dS.transpose() * Q;
-  }
+  });
 }
 
 // One query (1,H,dk) against cached keys/values (S,H,dk) for positions 0..S−1:
@@ -291,32 +387,33 @@ inline T sigmoid(T x) {
 // exp-bound at ~4 GB/s; docs/perf.md).
 template <class T>
 void swiglu_forward(T* act, const T* uv, std::int64_t N, std::int64_t F) {
-#pragma omp parallel for if (N * F > kParallelGrain)
-  for (std::int64_t i = 0; i < N; ++i) {
+  parallel_for(N, N * F > kParallelGrain, [&](std::int64_t i) {
     CArrayRow<T> u(uv + i * 2 * F, F), g(uv + i * 2 * F + F, F);
     ArrayRow<T>(act + i * F, F) = u * g / (T(1) + (-g).exp());
-  }
+  });
 }
 
 // du = dact ⊙ silu(g); dg = dact ⊙ u ⊙ σ(g)(1 + g(1 − σ(g)))
 template <class T>
 void swiglu_backward(T* duv, const T* dact, const T* uv, std::int64_t N, std::int64_t F) {
-#pragma omp parallel for if (N * F > kParallelGrain)
-  for (std::int64_t i = 0; i < N; ++i) {
+  parallel_for(N, N * F > kParallelGrain, [&](std::int64_t i) {
     CArrayRow<T> u(uv + i * 2 * F, F), g(uv + i * 2 * F + F, F), da(dact + i * F, F);
-    const Eigen::Array<T, 1, Eigen::Dynamic> sg = T(1) / (T(1) + (-g).exp());
-    ArrayRow<T>(duv + i * 2 * F, F) = da * g * sg;
-    ArrayRow<T>(duv + i * 2 * F + F, F) = da * u * sg * (T(1) + g * (T(1) - sg));
-  }
+    // σ(g) goes through the dg half of the output (no temporary): each
+    // element of it is read before it is overwritten.
+    ArrayRow<T> du(duv + i * 2 * F, F), dg(duv + i * 2 * F + F, F);
+    dg = T(1) / (T(1) + (-g).exp());
+    du = da * g * dg;
+    dg = da * u * dg * (T(1) + g * (T(1) - dg));
+  });
 }
 
 // ---------------------------------------------------------------- per-column scale
 // y(N,L) = x ⊙ s (s broadcast over rows); y may alias x.
 template <class T>
 void scale_columns(T* y, const T* x, const T* s, std::int64_t N, std::int64_t L) {
-#pragma omp parallel for if (N * L > kParallelGrain)
-  for (std::int64_t i = 0; i < N; ++i)
+  parallel_for(N, N * L > kParallelGrain, [&](std::int64_t i) {
     for (std::int64_t j = 0; j < L; ++j) y[i * L + j] = x[i * L + j] * s[j];
+  });
 }
 
 // ds(L) += c · Σ_rows dy ⊙ x  (deterministic, see column_reduce)
@@ -339,22 +436,21 @@ void column_dot_accumulate_diff(T* ds, const T* dy, const T* a, const T* b, std:
 // null writes d loss / d logits = (softmax − onehot)/N. dlogits may alias logits.
 template <class T>
 double cross_entropy(T* dlogits, const T* logits, const std::int64_t* targets, std::int64_t N, std::int64_t V) {
-  std::vector<double> row_loss(static_cast<std::size_t>(N));
-#pragma omp parallel for if (N * V > kParallelGrain)
-  for (std::int64_t i = 0; i < N; ++i) {
+  double* row_loss = detail::thread_scratch<double, detail::kRowLoss>(static_cast<std::size_t>(N));
+  parallel_for(N, N * V > kParallelGrain, [&](std::int64_t i) {
     const T* l = logits + i * V;
     CArrayRow<T> row(l, V);
     const T mx = row.maxCoeff();
     const T lse = mx + std::log((row - mx).exp().sum());
-    row_loss[static_cast<std::size_t>(i)] = double(lse - l[targets[i]]);
+    row_loss[i] = double(lse - l[targets[i]]);
     if (dlogits) {
       const T invN = T(1) / T(N);
       ArrayRow<T>(dlogits + i * V, V) = (row - lse).exp() * invN;
       dlogits[i * V + targets[i]] -= invN;
     }
-  }
+  });
   double total = 0;
-  for (double x : row_loss) total += x;
+  for (std::int64_t i = 0; i < N; ++i) total += row_loss[i];
   return total / double(N);
 }
 

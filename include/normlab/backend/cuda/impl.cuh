@@ -1,0 +1,257 @@
+#pragma once
+// Definitions of the launchers declared in kernels.hpp. Include this header
+// from exactly one .cu file of a program (tests/cuda/kernels.cu does it for
+// normlab's own tests and benchmarks): the kernels are then compiled once, for
+// every architecture, and everything else is plain C++.
+#include <string>
+
+#include "normlab/backend/cuda/attention.cuh"
+#include "normlab/backend/cuda/common.cuh"
+#include "normlab/backend/cuda/optim.cuh"
+#include "normlab/backend/cuda/rows.cuh"
+
+namespace normlab::cuda::k {
+
+using dev::dispatch;
+using dev::flat_blocks;
+using dev::row_blocks;
+
+#define NORMLAB_S(ptr) static_cast<S*>(ptr)
+#define NORMLAB_CS(ptr) static_cast<const S*>(ptr)
+
+void to_storage(Dtype dt, void* dst, const float* src, std::int64_t n, cudaStream_t s) {
+  dispatch(dt, [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    dev::to_storage_kernel<S><<<flat_blocks(n), 256, 0, s>>>(NORMLAB_S(dst), src, n);
+  });
+  NORMLAB_CUDA_CHECK_LAUNCH();
+}
+void to_float(Dtype dt, float* dst, const void* src, std::int64_t n, cudaStream_t s) {
+  dispatch(dt, [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    dev::to_float_kernel<S><<<flat_blocks(n), 256, 0, s>>>(dst, NORMLAB_CS(src), n);
+  });
+  NORMLAB_CUDA_CHECK_LAUNCH();
+}
+void effective_scale(float* out, const float* p, double k, std::int64_t n, bool absolute, cudaStream_t s) {
+  dev::effective_scale_kernel<<<unsigned((n + 255) / 256), 256, 0, s>>>(out, p, k, n, absolute);
+  NORMLAB_CUDA_CHECK_LAUNCH();
+}
+void alpha_grad_to_stored(float* g, const float* dalpha, const float* p, double k, std::int64_t n, cudaStream_t s) {
+  dev::alpha_grad_kernel<<<unsigned((n + 255) / 256), 256, 0, s>>>(g, dalpha, p, k, n);
+  NORMLAB_CUDA_CHECK_LAUNCH();
+}
+
+void embedding_forward(Dtype dt, void* out, const std::int32_t* idx, const void* wte, std::int64_t N,
+                       std::int64_t C, cudaStream_t s) {
+  dispatch(dt, [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    dev::embedding_fwd_kernel<S><<<flat_blocks(N * C), 256, 0, s>>>(NORMLAB_S(out), idx, NORMLAB_CS(wte), N, C);
+  });
+  NORMLAB_CUDA_CHECK_LAUNCH();
+}
+void embedding_backward(Dtype dt, float* dwte, const std::int32_t* uniq, const std::int32_t* starts,
+                        const std::int32_t* order, std::int64_t n_uniq, const void* dout, std::int64_t C,
+                        cudaStream_t s) {
+  if (n_uniq <= 0) return;
+  dispatch(dt, [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    const dim3 grid(unsigned(n_uniq), unsigned((C + 127) / 128));
+    dev::embedding_bwd_kernel<S><<<grid, 128, 0, s>>>(dwte, uniq, starts, order, NORMLAB_CS(dout), C);
+  });
+  NORMLAB_CUDA_CHECK_LAUNCH();
+}
+
+void rmsnorm_forward(Dtype dt, void* y, float* rstd, const void* x, const float* w, std::int64_t N, std::int64_t C,
+                     float eps, cudaStream_t s) {
+  dispatch(dt, [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    dev::rmsnorm_fwd_kernel<S><<<row_blocks(N), 256, 0, s>>>(NORMLAB_S(y), rstd, NORMLAB_CS(x), w, N, C, eps);
+  });
+  NORMLAB_CUDA_CHECK_LAUNCH();
+}
+void rmsnorm_backward(Dtype dt, void* dx, float* dw, const void* dy, const void* x, const float* w, const float* rstd,
+                      std::int64_t N, std::int64_t C, bool accumulate, float* partial, cudaStream_t s) {
+  dispatch(dt, [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    dev::rmsnorm_bwd_kernel<S><<<row_blocks(N), 256, 0, s>>>(NORMLAB_S(dx), NORMLAB_CS(dy), NORMLAB_CS(x), w, rstd,
+                                                             N, C, accumulate);
+    NORMLAB_CUDA_CHECK_LAUNCH();
+    dev::colreduce(dw, true, dev::RmsDwTerm<S>{NORMLAB_CS(dy), NORMLAB_CS(x), rstd, C}, N, C, partial, s);
+  });
+}
+
+void residual_forward(Dtype dt, ResidualKind kind, void* out, const void* h, const void* f, const float* alpha,
+                      ResidualCache c, std::int64_t N, std::int64_t C, cudaStream_t s) {
+  dispatch(dt, [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    if (kind == ResidualKind::lerp_retract)
+      dev::lerp_retract_fwd_kernel<S><<<row_blocks(N), 256, 0, s>>>(NORMLAB_S(out), NORMLAB_CS(h), NORMLAB_CS(f),
+                                                                    alpha, c.nh, c.nf, c.nz, N, C);
+    else
+      dev::residual_elementwise_fwd<S><<<flat_blocks(N * C), 256, 0, s>>>(kind, NORMLAB_S(out), NORMLAB_CS(h),
+                                                                          NORMLAB_CS(f), alpha, N, C);
+  });
+  NORMLAB_CUDA_CHECK_LAUNCH();
+}
+
+void residual_backward(Dtype dt, ResidualKind kind, void* dh, void* df, float* dalpha, const void* dout,
+                       const void* out, const void* h, const void* f, const float* alpha, ResidualCache c,
+                       float* rowdot, std::int64_t N, std::int64_t C, float* partial, cudaStream_t s) {
+  if (kind == ResidualKind::add) return;  // df = dh = dout: the caller uses dout
+  dispatch(dt, [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    const S *go = NORMLAB_CS(dout), *o = NORMLAB_CS(out), *hh = NORMLAB_CS(h), *ff = NORMLAB_CS(f);
+    // dα first: dh may alias dout, which the reduction reads.
+    if (kind == ResidualKind::lerp_retract) {
+      dev::rowdot_kernel<S><<<row_blocks(N), 256, 0, s>>>(rowdot, o, go, N, C);
+      NORMLAB_CUDA_CHECK_LAUNCH();
+      dev::colreduce(dalpha, false, dev::RetractAlphaTerm<S>{go, o, hh, ff, rowdot, c.nh, c.nf, c.nz, C}, N, C,
+                     partial, s);
+      dev::lerp_retract_bwd_kernel<S><<<row_blocks(N), 256, 0, s>>>(NORMLAB_S(dh), NORMLAB_S(df), go, o, hh, ff,
+                                                                    alpha, c.nh, c.nf, c.nz, rowdot, N, C);
+    } else if (kind == ResidualKind::lerp) {
+      dev::colreduce(dalpha, false, dev::LerpAlphaTerm<S>{go, hh, ff, C}, N, C, partial, s);
+      dev::lerp_bwd_kernel<S><<<flat_blocks(N * C), 256, 0, s>>>(false, NORMLAB_S(dh), NORMLAB_S(df), go, alpha, N, C);
+    } else {
+      dev::colreduce(dalpha, false, dev::NuAlphaTerm<S>{go, hh, ff, alpha, C}, N, C, partial, s);
+      dev::lerp_bwd_kernel<S><<<flat_blocks(N * C), 256, 0, s>>>(true, NORMLAB_S(dh), NORMLAB_S(df), go, alpha, N, C);
+    }
+  });
+  NORMLAB_CUDA_CHECK_LAUNCH();
+}
+
+static void check_head_dim(std::int64_t D, const char* who) {
+  if (D > dev::kAttMaxD || D % 2 != 0 || D <= 0)
+    throw Error(std::string(who) + ": head dimension " + std::to_string(D) +
+                " is not supported by the CUDA kernels (even, at most 128)");
+}
+
+void qk_forward(Dtype dt, QkKind kind, void* q, void* qh, float* qn, void* qs, const float* s_eff, const float* cosv,
+                const float* sinv, std::int64_t B, std::int64_t T, std::int64_t H, std::int64_t D,
+                cudaStream_t stream) {
+  check_head_dim(D, "qk_forward");
+  const std::int64_t rows = B * T * H;
+  dispatch(dt, [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    dev::qk_fwd_kernel<S><<<row_blocks(rows), 256, 0, stream>>>(kind == QkKind::unit_scaled, NORMLAB_S(q),
+                                                                NORMLAB_S(qh), qn, NORMLAB_S(qs), s_eff, cosv, sinv,
+                                                                rows, T, H, D);
+  });
+  NORMLAB_CUDA_CHECK_LAUNCH();
+}
+void qk_backward(Dtype dt, QkKind kind, void* dq, const void* qh, const float* qn, const float* s_eff,
+                 const float* cosv, const float* sinv, std::int64_t B, std::int64_t T, std::int64_t H, std::int64_t D,
+                 cudaStream_t stream) {
+  check_head_dim(D, "qk_backward");
+  const std::int64_t rows = B * T * H;
+  dispatch(dt, [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    dev::qk_bwd_kernel<S><<<row_blocks(rows), 256, 0, stream>>>(kind == QkKind::unit_scaled, NORMLAB_S(dq),
+                                                                NORMLAB_CS(qh), qn, s_eff, cosv, sinv, rows, T, H, D);
+  });
+  NORMLAB_CUDA_CHECK_LAUNCH();
+}
+void qk_scale_grad(Dtype dt, float* ds, const void* dq, const void* qh, const void* dk, const void* kh, float c,
+                   std::int64_t N, std::int64_t C, float* partial, cudaStream_t s) {
+  dispatch(dt, [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    dev::colreduce(ds, true, dev::QkScaleTerm<S>{NORMLAB_CS(dq), NORMLAB_CS(qh), NORMLAB_CS(dk), NORMLAB_CS(kh), c, C},
+                   N, C, partial, s);
+  });
+}
+
+void attention_forward(Dtype dt, void* y, float* lse, const void* q, const void* k, const void* v, std::int64_t B,
+                       std::int64_t T, std::int64_t H, std::int64_t D, float scale, cudaStream_t s) {
+  check_head_dim(D, "attention_forward");
+  const dim3 grid(unsigned((T + dev::kAttWarps - 1) / dev::kAttWarps), unsigned(B * H));
+  dispatch(dt, [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    dev::attention_fwd_kernel<S><<<grid, dev::kAttWarps * 32, dev::attention_fwd_smem(int(D)), s>>>(
+        NORMLAB_S(y), lse, NORMLAB_CS(q), NORMLAB_CS(k), NORMLAB_CS(v), int(T), int(H), int(D), scale);
+  });
+  NORMLAB_CUDA_CHECK_LAUNCH();
+}
+void attention_backward(Dtype dt, void* dq, void* dk, void* dv, float* dsum, const void* dy, const void* y,
+                        const void* q, const void* k, const void* v, const float* lse, std::int64_t B, std::int64_t T,
+                        std::int64_t H, std::int64_t D, float scale, cudaStream_t s) {
+  check_head_dim(D, "attention_backward");
+  const dim3 grid(unsigned((T + dev::kAttWarps - 1) / dev::kAttWarps), unsigned(B * H));
+  dispatch(dt, [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    dev::attention_dsum_kernel<S><<<row_blocks(B * T * H), 256, 0, s>>>(dsum, NORMLAB_CS(dy), NORMLAB_CS(y),
+                                                                        B * T * H, int(T), int(H), int(D));
+    NORMLAB_CUDA_CHECK_LAUNCH();
+    dev::attention_dq_kernel<S><<<grid, dev::kAttWarps * 32, dev::attention_dq_smem(int(D)), s>>>(
+        NORMLAB_S(dq), NORMLAB_CS(dy), NORMLAB_CS(q), NORMLAB_CS(k), NORMLAB_CS(v), lse, dsum, int(T), int(H), int(D),
+        scale);
+    NORMLAB_CUDA_CHECK_LAUNCH();
+    dev::attention_dkv_kernel<S><<<grid, dev::kAttWarps * 32, dev::attention_dkv_smem(int(D)), s>>>(
+        NORMLAB_S(dk), NORMLAB_S(dv), NORMLAB_CS(dy), NORMLAB_CS(q), NORMLAB_CS(k), NORMLAB_CS(v), lse, dsum, int(T),
+        int(H), int(D), scale);
+  });
+  NORMLAB_CUDA_CHECK_LAUNCH();
+}
+
+void swiglu_forward(Dtype dt, void* act, const void* uv, const float* s_uv, std::int64_t N, std::int64_t F,
+                    cudaStream_t s) {
+  dispatch(dt, [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    dev::swiglu_fwd_kernel<S><<<flat_blocks(N * F), 256, 0, s>>>(NORMLAB_S(act), NORMLAB_CS(uv), s_uv, N, F);
+  });
+  NORMLAB_CUDA_CHECK_LAUNCH();
+}
+void swiglu_backward(Dtype dt, void* duv, const void* dact, const void* uv, const float* s_uv, std::int64_t N,
+                     std::int64_t F, cudaStream_t s) {
+  dispatch(dt, [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    dev::swiglu_bwd_kernel<S><<<flat_blocks(N * F), 256, 0, s>>>(NORMLAB_S(duv), NORMLAB_CS(dact), NORMLAB_CS(uv),
+                                                                 s_uv, N, F);
+  });
+  NORMLAB_CUDA_CHECK_LAUNCH();
+}
+void scale_grad_inplace(Dtype dt, float* ds, void* d, const void* x, const float* s_eff, float c, std::int64_t N,
+                        std::int64_t L, float* partial, cudaStream_t s) {
+  dispatch(dt, [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    dev::colreduce(ds, true, dev::ScaleInplaceTerm<S>{NORMLAB_S(d), NORMLAB_CS(x), s_eff, c, L}, N, L, partial, s);
+  });
+}
+
+void cross_entropy(Dtype dt, void* dlogits, float* row_loss, const void* raw, const float* s_z,
+                   const std::int32_t* targets, std::int64_t N, std::int64_t V, cudaStream_t s) {
+  dispatch(dt, [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    dev::cross_entropy_kernel<S><<<unsigned(N), dev::kCeThreads, 0, s>>>(NORMLAB_S(dlogits), row_loss,
+                                                                         NORMLAB_CS(raw), s_z, targets, N, V);
+  });
+  NORMLAB_CUDA_CHECK_LAUNCH();
+}
+
+void sum_squares(double* out, double* partial, const float* x, std::int64_t n, cudaStream_t s) {
+  dev::sumsq_partial_kernel<<<kSumSqBlocks, 256, 0, s>>>(partial, x, n);
+  NORMLAB_CUDA_CHECK_LAUNCH();
+  dev::sumsq_final_kernel<<<1, kSumSqBlocks, 0, s>>>(out, partial);
+  NORMLAB_CUDA_CHECK_LAUNCH();
+}
+
+void adamw_constrain(float* p, float* m, float* v, const float* g, void* copy, Dtype copy_dt, std::int64_t R,
+                     std::int64_t L, ConstraintAxis axis, ConstraintKind kind, AdamHyper hp, cudaStream_t s) {
+  if (kind == ConstraintKind::none) axis = ConstraintAxis::none;
+  dispatch(copy_dt, [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    S* c = NORMLAB_S(copy);
+    if (axis == ConstraintAxis::none)
+      dev::adam_flat_kernel<S><<<flat_blocks(R * L), 256, 0, s>>>(p, m, v, g, c, R * L, hp);
+    else if (axis == ConstraintAxis::rows)
+      dev::adam_rows_kernel<S><<<unsigned(R), 256, 0, s>>>(p, m, v, g, c, L, kind, hp);
+    else
+      dev::adam_cols_kernel<S><<<unsigned((L + 31) / 32), dim3(32, 8), 0, s>>>(p, m, v, g, c, R, L, kind, hp);
+  });
+  NORMLAB_CUDA_CHECK_LAUNCH();
+}
+
+#undef NORMLAB_S
+#undef NORMLAB_CS
+
+}  // namespace normlab::cuda::k

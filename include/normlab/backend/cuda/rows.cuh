@@ -1,0 +1,440 @@
+#pragma once
+// Row-wise fused kernels: embedding, RMSNorm, residual rules, RoPE + QK-norm,
+// scaled SwiGLU, per-column scales and cross-entropy. One warp per row unless
+// stated; each formula is the CPU backend's (backend/cpu/ops.hpp,
+// nn/residual.hpp), in float32 whatever the storage.
+#include "normlab/backend/cuda/common.cuh"
+
+namespace normlab::cuda::dev {
+
+// ---------------------------------------------------------------- conversions, scales
+template <class S>
+__global__ void to_storage_kernel(S* dst, const float* src, std::int64_t n) {
+  for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += std::int64_t(gridDim.x) * blockDim.x)
+    st(dst + i, src[i]);
+}
+template <class S>
+__global__ void to_float_kernel(float* dst, const S* src, std::int64_t n) {
+  for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += std::int64_t(gridDim.x) * blockDim.x)
+    dst[i] = ld(src + i);
+}
+__global__ void effective_scale_kernel(float* out, const float* p, double k, std::int64_t n, bool absolute) {
+  const std::int64_t c = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= n) return;
+  const double x = double(p[c]) * k;
+  out[c] = float(absolute ? fabs(x) : x);
+}
+__global__ void alpha_grad_kernel(float* g, const float* dalpha, const float* p, double k, std::int64_t n) {
+  const std::int64_t c = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= n) return;
+  const double x = double(p[c]) * k;
+  const double sgn = x > 0 ? 1.0 : (x < 0 ? -1.0 : 0.0);
+  g[c] += float(double(dalpha[c]) * sgn * k);
+}
+
+// ---------------------------------------------------------------- embedding
+template <class S>
+__global__ void embedding_fwd_kernel(S* out, const std::int32_t* idx, const S* wte, std::int64_t N, std::int64_t C) {
+  for (std::int64_t e = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < N * C; e += std::int64_t(gridDim.x) * blockDim.x) {
+    const std::int64_t i = e / C, c = e % C;
+    out[e] = wte[std::int64_t(idx[i]) * C + c];
+  }
+}
+// grid (n_uniq, ceil(C/128)): one block per distinct token, its positions in order.
+template <class S>
+__global__ void embedding_bwd_kernel(float* dwte, const std::int32_t* uniq, const std::int32_t* starts,
+                                     const std::int32_t* order, const S* dout, std::int64_t C) {
+  const std::int64_t u = blockIdx.x;
+  const std::int64_t c = std::int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  float acc = 0.f;
+  for (std::int32_t k = starts[u]; k < starts[u + 1]; ++k) acc += ld(dout + std::int64_t(order[k]) * C + c);
+  dwte[std::int64_t(uniq[u]) * C + c] += acc;
+}
+
+// ---------------------------------------------------------------- RMSNorm
+template <class S>
+__global__ void rmsnorm_fwd_kernel(S* y, float* rstd, const S* x, const float* w, std::int64_t N, std::int64_t C,
+                                   float eps) {
+  const std::int64_t row = warp_row();
+  const int lane = threadIdx.x % 32;
+  if (row >= N) return;
+  const S* xi = x + row * C;
+  float ss = 0.f;
+  for (std::int64_t c = lane; c < C; c += 32) {
+    const float v = ld(xi + c);
+    ss += v * v;
+  }
+  ss = warp_sum(ss);
+  const float r = 1.f / sqrtf(ss / float(C) + eps);
+  if (lane == 0) rstd[row] = r;
+  for (std::int64_t c = lane; c < C; c += 32) st(y + row * C + c, ld(xi + c) * r * w[c]);
+}
+
+template <class S>
+__global__ void rmsnorm_bwd_kernel(S* dx, const S* dy, const S* x, const float* w, const float* rstd, std::int64_t N,
+                                   std::int64_t C, bool accumulate) {
+  const std::int64_t row = warp_row();
+  const int lane = threadIdx.x % 32;
+  if (row >= N) return;
+  const S* xi = x + row * C;
+  const S* gi = dy + row * C;
+  const float r = rstd[row];
+  float dot = 0.f;
+  for (std::int64_t c = lane; c < C; c += 32) dot += ld(gi + c) * w[c] * ld(xi + c);
+  dot = warp_sum(dot);
+  const float k = r * r * r * dot / float(C);
+  S* di = dx + row * C;
+  for (std::int64_t c = lane; c < C; c += 32) {
+    const float v = r * ld(gi + c) * w[c] - k * ld(xi + c);
+    st(di + c, accumulate ? ld(di + c) + v : v);
+  }
+}
+template <class S>
+struct RmsDwTerm {
+  const S* dy;
+  const S* x;
+  const float* rstd;
+  std::int64_t L;
+  __device__ float operator()(std::int64_t i, std::int64_t j) const {
+    return ld(dy + i * L + j) * ld(x + i * L + j) * rstd[i];
+  }
+};
+
+// ---------------------------------------------------------------- residual rules
+__device__ __forceinline__ float nu_of(float a) { return 1.f / sqrtf((1.f - a) * (1.f - a) + a * a); }
+
+template <class S>
+__global__ void residual_elementwise_fwd(ResidualKind kind, S* out, const S* h, const S* f, const float* alpha,
+                                         std::int64_t N, std::int64_t C) {
+  for (std::int64_t e = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < N * C; e += std::int64_t(gridDim.x) * blockDim.x) {
+    const float hv = ld(h + e), fv = ld(f + e);
+    float o;
+    if (kind == ResidualKind::add) {
+      o = hv + fv;
+    } else {
+      const float a = alpha[e % C];
+      o = hv + a * (fv - hv);
+      if (kind == ResidualKind::lerp_nu) o = nu_of(a) * o;
+    }
+    st(out + e, o);
+  }
+}
+
+// nGPT: A = h/‖h‖, Bf = f/‖f‖, z = A + α(Bf − A), out = z/‖z‖. A and Bf are
+// recomputed from h and f in backward instead of being stored.
+template <class S>
+__global__ void lerp_retract_fwd_kernel(S* out, const S* h, const S* f, const float* alpha, float* nh_, float* nf_,
+                                        float* nz_, std::int64_t N, std::int64_t C) {
+  const std::int64_t row = warp_row();
+  const int lane = threadIdx.x % 32;
+  if (row >= N) return;
+  const S* hi = h + row * C;
+  const S* fi = f + row * C;
+  float sh = 0.f, sf = 0.f;
+  for (std::int64_t j = lane; j < C; j += 32) {
+    const float a = ld(hi + j), b = ld(fi + j);
+    sh += a * a;
+    sf += b * b;
+  }
+  const float nh = sqrtf(warp_sum(sh)), nf = sqrtf(warp_sum(sf));
+  float sz = 0.f;
+  for (std::int64_t j = lane; j < C; j += 32) {
+    const float A = ld(hi + j) / nh, B = ld(fi + j) / nf;
+    const float z = A + alpha[j] * (B - A);
+    sz += z * z;
+  }
+  const float nz = sqrtf(warp_sum(sz));
+  if (lane == 0) {
+    nh_[row] = nh;
+    nf_[row] = nf;
+    nz_[row] = nz;
+  }
+  S* o = out + row * C;
+  for (std::int64_t j = lane; j < C; j += 32) {
+    const float A = ld(hi + j) / nh, B = ld(fi + j) / nf;
+    st(o + j, (A + alpha[j] * (B - A)) / nz);
+  }
+}
+
+// rowdot[i] = out_i · dout_i
+template <class S>
+__global__ void rowdot_kernel(float* rowdot, const S* a, const S* b, std::int64_t N, std::int64_t C) {
+  const std::int64_t row = warp_row();
+  const int lane = threadIdx.x % 32;
+  if (row >= N) return;
+  float d = 0.f;
+  for (std::int64_t j = lane; j < C; j += 32) d += ld(a + row * C + j) * ld(b + row * C + j);
+  d = warp_sum(d);
+  if (lane == 0) rowdot[row] = d;
+}
+
+// dα_j = Σ_i dz_ij (Bf_ij − A_ij), dz = (dout − out (out·dout)) / ‖z‖
+template <class S>
+struct RetractAlphaTerm {
+  const S *dout, *out, *h, *f;
+  const float *dot, *nh, *nf, *nz;
+  std::int64_t L;
+  __device__ float operator()(std::int64_t i, std::int64_t j) const {
+    const std::int64_t k = i * L + j;
+    const float dz = (ld(dout + k) - ld(out + k) * dot[i]) / nz[i];
+    return dz * (ld(f + k) / nf[i] - ld(h + k) / nh[i]);
+  }
+};
+
+// dh = Nᵀ(A, dz ⊙ (1−α)), df = Nᵀ(Bf, dz ⊙ α). dh may alias dout: each lane
+// reads and writes only its own elements, and writes them last.
+template <class S>
+__global__ void lerp_retract_bwd_kernel(S* dh, S* df, const S* dout, const S* out, const S* h, const S* f,
+                                        const float* alpha, const float* nh_, const float* nf_, const float* nz_,
+                                        const float* rowdot, std::int64_t N, std::int64_t C) {
+  const std::int64_t row = warp_row();
+  const int lane = threadIdx.x % 32;
+  if (row >= N) return;
+  const std::int64_t base = row * C;
+  const float inz = 1.f / nz_[row], d = rowdot[row], nh = nh_[row], nf = nf_[row];
+  float sA = 0.f, sB = 0.f;
+  for (std::int64_t j = lane; j < C; j += 32) {
+    const float dz = (ld(dout + base + j) - ld(out + base + j) * d) * inz;
+    const float A = ld(h + base + j) / nh, B = ld(f + base + j) / nf;
+    sA += A * dz * (1.f - alpha[j]);
+    sB += B * dz * alpha[j];
+  }
+  sA = warp_sum(sA);
+  sB = warp_sum(sB);
+  const float inh = 1.f / nh, inf = 1.f / nf;
+  for (std::int64_t j = lane; j < C; j += 32) {
+    const float dz = (ld(dout + base + j) - ld(out + base + j) * d) * inz;
+    const float A = ld(h + base + j) / nh, B = ld(f + base + j) / nf;
+    st(df + base + j, (dz * alpha[j] - B * sB) * inf);
+    st(dh + base + j, (dz * (1.f - alpha[j]) - A * sA) * inh);  // last: may alias dout
+  }
+}
+
+template <class S>
+struct LerpAlphaTerm {  // dout ⊙ (f − h)
+  const S *dout, *h, *f;
+  std::int64_t L;
+  __device__ float operator()(std::int64_t i, std::int64_t j) const {
+    const std::int64_t k = i * L + j;
+    return ld(dout + k) * (ld(f + k) - ld(h + k));
+  }
+};
+template <class S>
+struct NuAlphaTerm {  // dout ⊙ (ν (f − h) + ν'(α) z), ν' = −(2α − 1)ν³
+  const S *dout, *h, *f;
+  const float* alpha;
+  std::int64_t L;
+  __device__ float operator()(std::int64_t i, std::int64_t j) const {
+    const std::int64_t k = i * L + j;
+    const float a = alpha[j], v = nu_of(a), dv = -(2.f * a - 1.f) * v * v * v;
+    const float hv = ld(h + k), fv = ld(f + k);
+    const float z = hv + a * (fv - hv);
+    return ld(dout + k) * (v * (fv - hv) + dv * z);
+  }
+};
+// lerp / lerp_nu: df = g α, dh = g (1 − α) with g = dout (× ν(α) for lerp_nu); dh may alias dout.
+template <class S>
+__global__ void lerp_bwd_kernel(bool nu, S* dh, S* df, const S* dout, const float* alpha, std::int64_t N,
+                                std::int64_t C) {
+  for (std::int64_t e = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < N * C; e += std::int64_t(gridDim.x) * blockDim.x) {
+    const float a = alpha[e % C];
+    const float g = nu ? ld(dout + e) * nu_of(a) : ld(dout + e);
+    st(df + e, g * a);
+    st(dh + e, g * (1.f - a));
+  }
+}
+
+// ---------------------------------------------------------------- RoPE + QK-norm + s_qk
+// One warp per (token, head) row of D values; lane handles pairs (i, i + D/2)
+// for i = lane, lane + 32 (D ≤ 128).
+template <class S>
+__global__ void qk_fwd_kernel(bool unit_scaled, S* q, S* qh, float* qn, S* qs, const float* s_eff,
+                              const float* cosv, const float* sinv, std::int64_t rows, std::int64_t T,
+                              std::int64_t H, std::int64_t D) {
+  const std::int64_t r = warp_row();
+  const int lane = threadIdx.x % 32;
+  if (r >= rows) return;
+  const std::int64_t bt = r / H, hd = r % H, p = bt % T, half = D / 2;
+  S* v = q + r * D;
+  float a2[2] = {0.f, 0.f}, b2[2] = {0.f, 0.f};
+  float ss = 0.f;
+  for (int u = 0; u < 2; ++u) {
+    const std::int64_t i = lane + 32 * u;
+    if (i >= half) break;
+    const float c = cosv[p * half + i], sn = sinv[p * half + i];
+    const float a = ld(v + i), b = ld(v + i + half);
+    const float na = round_to<S>(a * c - b * sn), nb = round_to<S>(b * c + a * sn);
+    st(v + i, na);
+    st(v + i + half, nb);
+    a2[u] = na;
+    b2[u] = nb;
+    ss += na * na + nb * nb;
+  }
+  if (!unit_scaled) return;
+  const float n = sqrtf(warp_sum(ss));
+  if (lane == 0) qn[r] = n;
+  const float inv = 1.f / n;
+  for (int u = 0; u < 2; ++u) {
+    const std::int64_t i = lane + 32 * u;
+    if (i >= half) break;
+    const float ha = round_to<S>(a2[u] * inv), hb = round_to<S>(b2[u] * inv);
+    st(qh + r * D + i, ha);
+    st(qh + r * D + i + half, hb);
+    st(qs + r * D + i, ha * s_eff[hd * D + i]);
+    st(qs + r * D + i + half, hb * s_eff[hd * D + i + half]);
+  }
+}
+
+// In place: dqh = dq ⊙ s; dx = (dqh − qh (qh·dqh)) / ‖q‖; then the inverse rotation.
+template <class S>
+__global__ void qk_bwd_kernel(bool unit_scaled, S* dq, const S* qh, const float* qn, const float* s_eff,
+                              const float* cosv, const float* sinv, std::int64_t rows, std::int64_t T,
+                              std::int64_t H, std::int64_t D) {
+  const std::int64_t r = warp_row();
+  const int lane = threadIdx.x % 32;
+  if (r >= rows) return;
+  const std::int64_t bt = r / H, hd = r % H, p = bt % T, half = D / 2;
+  S* g = dq + r * D;
+  float ga[2] = {0.f, 0.f}, gb[2] = {0.f, 0.f};
+  for (int u = 0; u < 2; ++u) {
+    const std::int64_t i = lane + 32 * u;
+    if (i >= half) break;
+    ga[u] = ld(g + i);
+    gb[u] = ld(g + i + half);
+  }
+  if (unit_scaled) {
+    float dot = 0.f;
+    float ya[2] = {0.f, 0.f}, yb[2] = {0.f, 0.f};
+    for (int u = 0; u < 2; ++u) {
+      const std::int64_t i = lane + 32 * u;
+      if (i >= half) break;
+      ga[u] = round_to<S>(ga[u] * s_eff[hd * D + i]);
+      gb[u] = round_to<S>(gb[u] * s_eff[hd * D + i + half]);
+      ya[u] = ld(qh + r * D + i);
+      yb[u] = ld(qh + r * D + i + half);
+      dot += ya[u] * ga[u] + yb[u] * gb[u];
+    }
+    dot = warp_sum(dot);
+    const float inv = 1.f / qn[r];
+    for (int u = 0; u < 2; ++u) {
+      ga[u] = round_to<S>((ga[u] - ya[u] * dot) * inv);
+      gb[u] = round_to<S>((gb[u] - yb[u] * dot) * inv);
+    }
+  }
+  for (int u = 0; u < 2; ++u) {
+    const std::int64_t i = lane + 32 * u;
+    if (i >= half) break;
+    const float c = cosv[p * half + i], sn = -sinv[p * half + i];  // transpose rotation
+    st(g + i, ga[u] * c - gb[u] * sn);
+    st(g + i + half, gb[u] * c + ga[u] * sn);
+  }
+}
+template <class S>
+struct QkScaleTerm {  // c (dq ⊙ qh + dk ⊙ kh)
+  const S *dq, *qh, *dk, *kh;
+  float c;
+  std::int64_t L;
+  __device__ float operator()(std::int64_t i, std::int64_t j) const {
+    const std::int64_t k = i * L + j;
+    return c * (ld(dq + k) * ld(qh + k)) + c * (ld(dk + k) * ld(kh + k));
+  }
+};
+
+// ---------------------------------------------------------------- scaled SwiGLU
+template <class S>
+__global__ void swiglu_fwd_kernel(S* act, const S* uv, const float* s, std::int64_t N, std::int64_t F) {
+  for (std::int64_t e = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < N * F; e += std::int64_t(gridDim.x) * blockDim.x) {
+    const std::int64_t i = e / F, j = e % F;
+    float u = ld(uv + i * 2 * F + j), g = ld(uv + i * 2 * F + F + j);
+    if (s) {
+      u = round_to<S>(u * s[j]);
+      g = round_to<S>(g * s[F + j]);
+    }
+    st(act + e, u * g / (1.f + expf(-g)));
+  }
+}
+// du = dact ⊙ silu(g); dg = dact ⊙ u ⊙ σ(g)(1 + g(1 − σ(g))), u and g scaled when s is given.
+template <class S>
+__global__ void swiglu_bwd_kernel(S* duv, const S* dact, const S* uv, const float* s, std::int64_t N, std::int64_t F) {
+  for (std::int64_t e = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < N * F; e += std::int64_t(gridDim.x) * blockDim.x) {
+    const std::int64_t i = e / F, j = e % F;
+    float u = ld(uv + i * 2 * F + j), g = ld(uv + i * 2 * F + F + j);
+    if (s) {
+      u = round_to<S>(u * s[j]);
+      g = round_to<S>(g * s[F + j]);
+    }
+    const float da = ld(dact + e);
+    const float sg = 1.f / (1.f + expf(-g));
+    st(duv + i * 2 * F + j, da * g * sg);
+    st(duv + i * 2 * F + F + j, da * u * sg * (1.f + g * (1.f - sg)));
+  }
+}
+
+// Per-column scale: returns c·dy⊙x for the reduction and writes dy⊙s in place
+// (each element is visited exactly once by the column reduction).
+template <class S>
+struct ScaleInplaceTerm {
+  S* d;
+  const S* x;
+  const float* s;
+  float c;
+  std::int64_t L;
+  __device__ float operator()(std::int64_t i, std::int64_t j) const {
+    const std::int64_t k = i * L + j;
+    const float g = ld(d + k);
+    st(d + k, g * s[j]);
+    return c * (g * ld(x + k));
+  }
+};
+
+// ---------------------------------------------------------------- cross-entropy (+ s_z)
+// One block per row. Pass 1: online max and Σexp per thread, combined in a
+// fixed tree. Pass 2: writes (softmax − onehot)/N. Probabilities are never stored.
+inline constexpr int kCeThreads = 512;
+__device__ __forceinline__ void lse_combine(float& m, float& s, float m2, float s2) {
+  if (m2 == -INFINITY) return;
+  if (m == -INFINITY) {
+    m = m2;
+    s = s2;
+    return;
+  }
+  const float M = fmaxf(m, m2);
+  s = s * expf(m - M) + s2 * expf(m2 - M);
+  m = M;
+}
+template <class S>
+__global__ void __launch_bounds__(kCeThreads) cross_entropy_kernel(S* dlogits, float* row_loss, const S* raw,
+                                                                   const float* sz, const std::int32_t* targets,
+                                                                   std::int64_t N, std::int64_t V) {
+  __shared__ float sm_m[kCeThreads], sm_s[kCeThreads];
+  const std::int64_t row = blockIdx.x;
+  const int tid = threadIdx.x;
+  const S* x = raw + row * V;
+  auto logit = [&](std::int64_t j) { return sz ? round_to<S>(ld(x + j) * sz[j]) : ld(x + j); };
+  float m = -INFINITY, s = 0.f;
+  for (std::int64_t j = tid; j < V; j += kCeThreads) lse_combine(m, s, logit(j), 1.f);
+  sm_m[tid] = m;
+  sm_s[tid] = s;
+  __syncthreads();
+  for (int w = kCeThreads / 2; w > 0; w >>= 1) {
+    if (tid < w) {
+      float a = sm_m[tid], b = sm_s[tid];
+      lse_combine(a, b, sm_m[tid + w], sm_s[tid + w]);
+      sm_m[tid] = a;
+      sm_s[tid] = b;
+    }
+    __syncthreads();
+  }
+  const float lse = sm_m[0] + logf(sm_s[0]);
+  const std::int64_t t = targets[row];
+  if (tid == 0) row_loss[row] = lse - logit(t);
+  const float invN = 1.f / float(N);
+  S* d = dlogits + row * V;
+  for (std::int64_t j = tid; j < V; j += kCeThreads) {
+    const float p = expf(logit(j) - lse) * invN;
+    st(d + j, j == t ? p - invN : p);
+  }
+}
+
+}  // namespace normlab::cuda::dev
