@@ -3,6 +3,10 @@
 // path: odd T, several heads, dk = 8, rows that are not a multiple of anything.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cmath>
+#include <type_traits>
+
 #include "gradcheck.hpp"
 #include "normlab/normlab.hpp"
 #include "normlab/train/gradcheck.hpp"
@@ -99,21 +103,126 @@ TEST_CASE("gradcheck: rotate-half RoPE", "[grad]") {
 TEST_CASE("gradcheck: causal attention", "[grad]") {
   for (double scale : {1.0 / std::sqrt(double(D)), std::sqrt(double(D))}) {
     Vec q = random_vector(N * C, 13, 0.5), k = random_vector(N * C, 14, 0.5), v = random_vector(N * C, 15);
-    Vec w = random_vector(N * C, 16), y(N * C), P(B * H * Tn * Tn), S(P.size());
+    Vec w = random_vector(N * C, 16), y(N * C), lse(B * H * Tn), P(B * H * Tn * Tn);
     auto loss = [&] {
-      cpu::attention_forward(y.data(), P.data(), q.data(), k.data(), v.data(), B, Tn, H, D, scale);
+      cpu::attention_forward(y.data(), lse.data(), q.data(), k.data(), v.data(), B, Tn, H, D, scale);
       return dot(y, w);
     };
     loss();
     Vec dq(q.size()), dk(k.size()), dv(v.size());
-    cpu::attention_backward(dq.data(), dk.data(), dv.data(), S.data(), w.data(), P.data(), q.data(), k.data(),
+    cpu::attention_backward(dq.data(), dk.data(), dv.data(), w.data(), y.data(), lse.data(), q.data(), k.data(),
                             v.data(), B, Tn, H, D, scale);
     CHECK(rel_err(dq, numeric_grad(q, loss)) < kGradTol);
     CHECK(rel_err(dk, numeric_grad(k, loss)) < kGradTol);
     CHECK(rel_err(dv, numeric_grad(v, loss)) < kGradTol);
     // causality: the first token only sees itself.
-    for (std::int64_t bh = 0; bh < B * H; ++bh) CHECK(P[bh * Tn * Tn] == 1.0);
+    cpu::attention_probs(P.data(), lse.data(), q.data(), k.data(), B, Tn, H, D, scale);
+    for (std::int64_t bh = 0; bh < B * H; ++bh) CHECK(P[bh * Tn * Tn] == Approx(1.0).epsilon(1e-15));
   }
+}
+
+namespace {
+// Dense masked attention, written the obvious way (materializes T×T): the
+// reference for the blocked kernel at sizes that span several blocks.
+struct DenseAttention {
+  std::int64_t B, T, H, dk;
+  double scale;
+  void forward(Vec& y, Vec& P, const Vec& q, const Vec& k, const Vec& v) const {
+    const std::int64_t C = H * dk;
+    for (std::int64_t b = 0; b < B; ++b)
+      for (std::int64_t h = 0; h < H; ++h)
+        for (std::int64_t t = 0; t < T; ++t) {
+          double* p = &P[((b * H + h) * T + t) * T];
+          double mx = -1e300;
+          for (std::int64_t s = 0; s <= t; ++s) {
+            double dot = 0;
+            for (std::int64_t c = 0; c < dk; ++c) dot += q[(b * T + t) * C + h * dk + c] * k[(b * T + s) * C + h * dk + c];
+            p[s] = scale * dot;
+            mx = std::max(mx, p[s]);
+          }
+          double sum = 0;
+          for (std::int64_t s = 0; s <= t; ++s) sum += (p[s] = std::exp(p[s] - mx));
+          for (std::int64_t s = 0; s < T; ++s) p[s] = s <= t ? p[s] / sum : 0.0;
+          for (std::int64_t c = 0; c < dk; ++c) {
+            double acc = 0;
+            for (std::int64_t s = 0; s <= t; ++s) acc += p[s] * v[(b * T + s) * C + h * dk + c];
+            y[(b * T + t) * C + h * dk + c] = acc;
+          }
+        }
+  }
+  void backward(Vec& dq, Vec& dk_, Vec& dv, const Vec& dy, const Vec& P, const Vec& q, const Vec& k,
+                const Vec& v) const {
+    const std::int64_t C = H * dk;
+    std::fill(dq.begin(), dq.end(), 0.0);
+    std::fill(dk_.begin(), dk_.end(), 0.0);
+    std::fill(dv.begin(), dv.end(), 0.0);
+    std::vector<double> dp(static_cast<std::size_t>(T));
+    for (std::int64_t b = 0; b < B; ++b)
+      for (std::int64_t h = 0; h < H; ++h)
+        for (std::int64_t t = 0; t < T; ++t) {
+          const double* p = &P[((b * H + h) * T + t) * T];
+          const std::int64_t rt = (b * T + t) * C + h * dk;
+          double sum = 0;
+          for (std::int64_t s = 0; s <= t; ++s) {
+            const std::int64_t rs = (b * T + s) * C + h * dk;
+            double d = 0;
+            for (std::int64_t c = 0; c < dk; ++c) {
+              d += dy[rt + c] * v[rs + c];
+              dv[rs + c] += p[s] * dy[rt + c];
+            }
+            dp[s] = d;
+            sum += d * p[s];
+          }
+          for (std::int64_t s = 0; s <= t; ++s) {
+            const std::int64_t rs = (b * T + s) * C + h * dk;
+            const double ds = scale * p[s] * (dp[s] - sum);
+            for (std::int64_t c = 0; c < dk; ++c) {
+              dq[rt + c] += ds * k[rs + c];
+              dk_[rs + c] += ds * q[rt + c];
+            }
+          }
+        }
+  }
+};
+
+template <class T>
+std::vector<T> cast(const Vec& v) {
+  return std::vector<T>(v.begin(), v.end());
+}
+template <class T>
+double rel_err_to(const std::vector<T>& a, const Vec& ref) {
+  return rel_err(Vec(a.begin(), a.end()), ref);
+}
+}  // namespace
+
+// T = 150 spans three key/query blocks of 64, the last one partial, so every
+// path of the blocked kernel (diagonal blocks, full blocks, the ragged edge) runs.
+TEMPLATE_TEST_CASE("attention: blocked (flash) kernel equals dense masked attention", "[attention]", double, float) {
+  const std::int64_t b = 2, t = 150, h = 2, dk = 16, c = h * dk, n = b * t;
+  const double scale = std::sqrt(double(dk));  // nGPT's softmax scale: peaky rows
+  const Vec q = random_vector(n * c, 41, 0.3), k = random_vector(n * c, 42, 0.3), v = random_vector(n * c, 43),
+            dy = random_vector(n * c, 44);
+  DenseAttention ref{b, t, h, dk, scale};
+  Vec y(n * c), P(b * h * t * t), dq(n * c), dk_(n * c), dv(n * c);
+  ref.forward(y, P, q, k, v);
+  ref.backward(dq, dk_, dv, dy, P, q, k, v);
+
+  using T = TestType;
+  const auto qt = cast<T>(q), kt = cast<T>(k), vt = cast<T>(v), dyt = cast<T>(dy);
+  std::vector<T> yt(n * c), lse(b * h * t), Pt(P.size()), dqt(n * c), dkt(n * c), dvt(n * c);
+  cpu::attention_forward(yt.data(), lse.data(), qt.data(), kt.data(), vt.data(), b, t, h, dk, T(scale));
+  cpu::attention_backward(dqt.data(), dkt.data(), dvt.data(), dyt.data(), yt.data(), lse.data(), qt.data(),
+                          kt.data(), vt.data(), b, t, h, dk, T(scale));
+  cpu::attention_probs(Pt.data(), lse.data(), qt.data(), kt.data(), b, t, h, dk, T(scale));
+  // float64: both are exact up to rounding in a different order (1e-12);
+  // float32 against the float64 reference: a few ulps of 1.2e-7 through sums of
+  // ≤150 terms and exp (2e-5 relative, norm-wise).
+  const double tol = std::is_same_v<T, double> ? 1e-12 : 2e-5;
+  CHECK(rel_err_to(yt, y) < tol);
+  CHECK(rel_err_to(Pt, P) < tol);
+  CHECK(rel_err_to(dqt, dq) < tol);
+  CHECK(rel_err_to(dkt, dk_) < tol);
+  CHECK(rel_err_to(dvt, dv) < tol);
 }
 
 TEST_CASE("gradcheck: SwiGLU u ⊙ silu(g)", "[grad]") {

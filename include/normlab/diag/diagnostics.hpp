@@ -371,7 +371,8 @@ ActivityReport activity(Model& model, const data::TokenData& td, const DiagnoseO
         hmin[l] = std::min(hmin[l], n);
         hmax[l] = std::max(hmax[l], n);
       }
-      const T* P = model.attention_probs(l);
+      const std::vector<T> probs = model.attention_probs(l);
+      const T* P = probs.data();
       double e = 0;
       for (std::int64_t bh = 0; bh < B * H; ++bh)
         for (std::int64_t t = 0; t < Tn; ++t) {

@@ -230,7 +230,7 @@ class Transformer {
       cpu::linear_backward(d_y_, G(w.wo), d_f_, a.y, P(w.wo), N, C, C);
       const T* qa = kQkTransformed ? a.qs : a.q;
       const T* ka = kQkTransformed ? a.ks : a.k;
-      cpu::attention_backward(d_q_, d_k_, d_v_, d_scores_, d_y_, a.P, qa, ka, a.v, B, Tn, H, D, softmax_scale());
+      cpu::attention_backward(d_q_, d_k_, d_v_, d_y_, a.y, a.lse, qa, ka, a.v, B, Tn, H, D, softmax_scale());
       if constexpr (Scheme::qk == QkMode::rms_gain) {
         cpu::rmsnorm_backward(d_x_, G(w.q_gain), d_q_, a.q, P(w.q_gain), a.qn, N * H, D);
         std::copy_n(d_x_, N * C, d_q_);
@@ -280,8 +280,16 @@ class Transformer {
   std::int64_t last_seq() const { return T_; }
   // Attention probabilities of layer l from the last forward(): (B,H,T,T) with
   // B = last_batch(), T = last_seq(), contiguous; causal softmax rows, zeros above
-  // the diagonal (for diagnostics; decode_step does not fill it).
-  const T* attention_probs(std::int64_t l) const { return acts_.at(static_cast<std::size_t>(l)).P; }
+  // the diagonal. Recomputed from the stored q, k and log-sum-exp (training keeps
+  // no T×T matrix); for diagnostics, not valid after decode_step.
+  std::vector<T> attention_probs(std::int64_t l) const {
+    const LayerActs& a = acts_.at(static_cast<std::size_t>(l));
+    const std::int64_t H = cfg_.n_head;
+    std::vector<T> P(static_cast<std::size_t>(B_ * H * T_ * T_));
+    cpu::attention_probs(P.data(), a.lse, kQkTransformed ? a.qs : a.q, kQkTransformed ? a.ks : a.k, B_, T_, H,
+                         cfg_.head_dim(), softmax_scale());
+    return P;
+  }
 
  private:
   struct LayerOffsets {
@@ -304,7 +312,7 @@ class Transformer {
     T* kn = nullptr;     // (N,H)
     T* qs = nullptr;     // (N,C) q as attention sees it: s_qk ⊙ qh, s_qk ⊙ q, or RMSNorm(q) ⊙ g
     T* ks = nullptr;     // (N,C)
-    T* P = nullptr;      // (B,H,T,T) attention probabilities
+    T* lse = nullptr;    // (B,H,T) log-sum-exp of each attention row
     T* y = nullptr;      // (N,C) heads concatenated
     T* a = nullptr;      // (N,C) attention output
     typename Res::Cache res_att;
@@ -362,7 +370,6 @@ class Transformer {
   // Every buffer of a step, from one arena; called twice (count, then bind).
   void layout(Arena<T>& ar) {
     const std::int64_t N = maxB_ * maxT_, C = cfg_.n_embd, H = cfg_.n_head, F = 4 * C, V = cfg_.vocab_size;
-    const std::int64_t PT = maxB_ * H * maxT_ * maxT_;
     acts_.assign(static_cast<std::size_t>(cfg_.n_layer), LayerActs{});
     for (LayerActs& a : acts_) {
       a.h_in = ar.take(N * C);
@@ -387,7 +394,7 @@ class Transformer {
         a.qs = ar.take(N * C);
         a.ks = ar.take(N * C);
       }
-      a.P = ar.take(PT);
+      a.lse = ar.take(N * H);
       a.y = ar.take(N * C);
       a.a = ar.take(N * C);
       a.res_att.bind(ar, N, C);
@@ -413,7 +420,6 @@ class Transformer {
     d_q_ = ar.take(N * C);
     d_k_ = ar.take(N * C);
     d_v_ = ar.take(N * C);
-    d_scores_ = ar.take(PT);
     d_act_ = ar.take(N * F);
     d_uv_ = ar.take(N * 2 * F);
     alpha_tmp_ = ar.take(C);
@@ -465,7 +471,7 @@ class Transformer {
       std::copy_n(a.v, C, vc + pos0 * C);
       cpu::attention_decode(a.y, cache->scratch.data(), qa, kc, vc, pos0 + 1, H, D, softmax_scale());
     } else {
-      cpu::attention_forward(a.y, a.P, qa, ka, a.v, B, Tn, H, D, softmax_scale());
+      cpu::attention_forward(a.y, a.lse, qa, ka, a.v, B, Tn, H, D, softmax_scale());
     }
     cpu::linear_forward(a.a, a.y, P(w.wo), N, C, C);
     if constexpr (Scheme::approx_factors) scale_inplace(a.a, T(attn_factor_), N * C);
@@ -602,7 +608,6 @@ class Transformer {
   T* d_logits_ = nullptr;   // (N,V)
   T *d_h_ = nullptr, *d_x_ = nullptr, *d_f_ = nullptr, *d_y_ = nullptr;  // (N,C)
   T *d_q_ = nullptr, *d_k_ = nullptr, *d_v_ = nullptr;                   // (N,C)
-  T* d_scores_ = nullptr;   // (B,H,T,T)
   T* d_act_ = nullptr;      // (N,F)
   T* d_uv_ = nullptr;       // (N,2F)
   T* alpha_tmp_ = nullptr;  // (C) effective α of the current sub-layer

@@ -201,35 +201,17 @@ struct ResidualOps<lerp_nu, T> {
 // LERP limit), and θ is clamped to π − 1e-4 where the geodesic stops being
 // unique (antipodal inputs). Scalar α gives the exact geodesic (z already unit).
 namespace detail {
-struct SlerpCoef {
-  double g;        // sin(βθ)/sin θ
-  double dg_dth_over_sin;  // (∂g/∂θ) / sin θ  (finite as θ → 0)
-  double dg_dbeta; // θ cos(βθ)/sin θ
-};
-// Per-row angle data, so each element costs one sin/cos pair of βθ.
-struct SlerpAngle {
-  double th, s, co;
-  explicit SlerpAngle(double theta) : th(theta), s(std::sin(theta)), co(std::cos(theta)) {}
-  SlerpAngle(double theta, double sin_theta, double cos_theta) : th(theta), s(sin_theta), co(cos_theta) {}
-  SlerpCoef coef(double beta) const {
-    SlerpCoef c;
-    if (th < 1e-3) {  // series to θ²: truncation O(θ⁴) ≤ 1e-12 relative
-      const double b2 = beta * beta, t2 = th * th;
-      c.g = beta * (1.0 + (1.0 - b2) * t2 / 6.0);
-      c.dg_dth_over_sin = beta * (1.0 - b2) / 3.0 + beta * (1.0 - b2) * (4.0 - b2) * t2 / 30.0;
-      c.dg_dbeta = 1.0 + (1.0 - 3.0 * b2) * t2 / 6.0;
-    } else {
-      const double sb = std::sin(beta * th), cb = std::cos(beta * th);
-      c.g = sb / s;
-      c.dg_dth_over_sin = (beta * cb * s - sb * co) / (s * s * s);
-      c.dg_dbeta = th * cb / s;
-    }
-    return c;
-  }
-};
 inline constexpr double kSlerpMaxTheta = 3.14159265358979323846 - 1e-4;
+// Below this angle the coefficients come from their Taylor series in θ (the
+// LERP limit): truncation O(θ⁴) ≤ 1e-12 relative.
+inline constexpr double kSlerpSeriesTheta = 1e-3;
 }  // namespace detail
 
+// Per element, with β = 1−α for P (the weight of A) and β = α for Q (of Bf):
+//   g(β,θ) = sin(βθ)/sin θ,  g_θ(β,θ) = (∂g/∂θ)/sin θ,  g_β(β,θ) = θ cos(βθ)/sin θ.
+// Forward computes all six coefficient rows once (vectorized sin/cos through
+// Eigen arrays: one sin and one cos of each of (1−α)θ and αθ), and keeps them
+// for backward, which is then plain arithmetic.
 template <class T>
 struct ResidualOps<slerp, T> {
   struct Cache {
@@ -241,21 +223,25 @@ struct ResidualOps<slerp, T> {
     T* th = nullptr;  // (N) θ (clamped)
     T* clamped = nullptr;  // (N) 1 where θ hit its clamp (no gradient through θ)
     T* dot = nullptr;      // (N) backward scratch: out·dout
-    double* sincos = nullptr;  // (2N) sin θ, cos θ per row
-    std::vector<double> sincos_store;
     T* P = nullptr;        // (N,C) g(1−α, θ)
     T* Q = nullptr;        // (N,C) g(α, θ)
+    T* Pth = nullptr;      // (N,C) g_θ(1−α, θ)
+    T* Qth = nullptr;      // (N,C) g_θ(α, θ)
+    T* Pb = nullptr;       // (N,C) g_β(1−α, θ)
+    T* Qb = nullptr;       // (N,C) g_β(α, θ)
     double* dalpha_acc = nullptr;  // (C) backward scratch
     std::vector<double> dalpha_store;
     void bind(Arena<T>& a, std::int64_t N, std::int64_t C) {
       dot = a.take(N);
       P = a.take(N * C);
       Q = a.take(N * C);
+      Pth = a.take(N * C);
+      Qth = a.take(N * C);
+      Pb = a.take(N * C);
+      Qb = a.take(N * C);
       if (!a.counting()) {
         dalpha_store.assign(static_cast<std::size_t>(C), 0.0);
         dalpha_acc = dalpha_store.data();
-        sincos_store.assign(static_cast<std::size_t>(2 * N), 0.0);
-        sincos = sincos_store.data();
       }
       A = a.take(N * C);
       Bf = a.take(N * C);
@@ -266,6 +252,42 @@ struct ResidualOps<slerp, T> {
       clamped = a.take(N);
     }
   };
+
+  // The six coefficient rows of one token (length C) for angle th.
+  static void coefficients(const Cache& c, std::int64_t i, const T* alpha, std::int64_t C, double th) {
+    using Row = Eigen::Map<Eigen::Array<T, 1, Eigen::Dynamic>>;
+    using CRow = Eigen::Map<const Eigen::Array<T, 1, Eigen::Dynamic>>;
+    const std::int64_t o = i * C;
+    if (th < detail::kSlerpSeriesTheta) {
+      const double t2 = th * th;
+      auto series = [t2](double b, T& g, T& gth, T& gb) {
+        const double b2 = b * b;
+        g = T(b * (1.0 + (1.0 - b2) * t2 / 6.0));
+        gth = T(b * (1.0 - b2) / 3.0 + b * (1.0 - b2) * (4.0 - b2) * t2 / 30.0);
+        gb = T(1.0 + (1.0 - 3.0 * b2) * t2 / 6.0);
+      };
+      for (std::int64_t j = 0; j < C; ++j) {
+        series(1.0 - double(alpha[j]), c.P[o + j], c.Pth[o + j], c.Pb[o + j]);
+        series(double(alpha[j]), c.Q[o + j], c.Qth[o + j], c.Qb[o + j]);
+      }
+      return;
+    }
+    const T s = T(std::sin(th)), co = T(std::cos(th)), tt = T(th);
+    const T inv_s = T(1) / s, inv_s3 = inv_s * inv_s * inv_s;
+    CRow a(alpha, C);
+    Row P(c.P + o, C), Q(c.Q + o, C), Pth(c.Pth + o, C), Qth(c.Qth + o, C), Pb(c.Pb + o, C), Qb(c.Qb + o, C);
+    // sin and cos land in P/Q and Pb/Qb first; every later line is elementwise in place.
+    P = ((T(1) - a) * tt).sin();
+    Pb = ((T(1) - a) * tt).cos();
+    Q = (a * tt).sin();
+    Qb = (a * tt).cos();
+    Pth = ((T(1) - a) * Pb * s - P * co) * inv_s3;
+    Qth = (a * Qb * s - Q * co) * inv_s3;
+    P *= inv_s;
+    Q *= inv_s;
+    Pb *= tt * inv_s;
+    Qb *= tt * inv_s;
+  }
 
   static void forward(Cache& c, T* out, const T* h, const T* f, const T* alpha, std::int64_t N, std::int64_t C) {
     cpu::parallel_for(N, N * C > cpu::kParallelGrain, [&](std::int64_t i) {
@@ -295,33 +317,27 @@ struct ResidualOps<slerp, T> {
       c.nf[i] = T(nf);
       c.th[i] = T(th);
       c.clamped[i] = clamp ? T(1) : T(0);
+      coefficients(c, i, alpha, C, th);
       T* o = out + i * C;
-      T* Pi = c.P + i * C;
-      T* Qi = c.Q + i * C;
-      const detail::SlerpAngle ang(th);
-      c.sincos[2 * i] = ang.s;
-      c.sincos[2 * i + 1] = ang.co;
+      const T* Pi = c.P + i * C;
+      const T* Qi = c.Q + i * C;
       double sz = 0;
       for (std::int64_t j = 0; j < C; ++j) {
-        const double a = alpha[j];
-        const double p = ang.coef(1.0 - a).g, q = ang.coef(a).g;
-        Pi[j] = T(p);
-        Qi[j] = T(q);
-        const double z = p * A[j] + q * Bf[j];
-        o[j] = T(z);
-        sz += z * z;
+        const T z = Pi[j] * A[j] + Qi[j] * Bf[j];
+        o[j] = z;
+        sz += double(z) * z;
       }
-      const double nz = std::sqrt(sz);
-      c.nz[i] = T(nz);
-      for (std::int64_t j = 0; j < C; ++j) o[j] = T(o[j] / nz);
+      const T inz = T(1.0 / std::sqrt(sz));
+      c.nz[i] = T(std::sqrt(sz));
+      for (std::int64_t j = 0; j < C; ++j) o[j] *= inz;
     });
   }
 
   // dz = Nᵀ(out, dout); through z = P A + Q Bf with P = g(1−α,θ), Q = g(α,θ):
   //   dA = dz ⊙ P + du·Bf, dBf = dz ⊙ Q + du·A, with du = −dθ/sin θ
-  //   = −Σ dz ⊙ (P'/sin θ ⊙ A + Q'/sin θ ⊙ Bf); dα = Σ dz ⊙ (−∂P/∂β ⊙ A + ∂Q/∂β ⊙ Bf).
+  //   = −Σ dz ⊙ (P_θ ⊙ A + Q_θ ⊙ Bf); dα = Σ dz ⊙ (−P_β ⊙ A + Q_β ⊙ Bf).
   static void backward(T* dh, T* df, T* dalpha, const T* dout, const Cache& c, const T* out, const T* /*h*/,
-                       const T* /*f*/, const T* alpha, std::int64_t N, std::int64_t C) {
+                       const T* /*f*/, const T* /*alpha*/, std::int64_t N, std::int64_t C) {
     cpu::parallel_for(N, N * C > cpu::kParallelGrain, [&](std::int64_t i) {
       double d = 0;
       for (std::int64_t j = 0; j < C; ++j) d += double(out[i * C + j]) * dout[i * C + j];
@@ -331,46 +347,41 @@ struct ResidualOps<slerp, T> {
     std::fill_n(c.dalpha_acc, C, 0.0);
     cpu::column_reduce(c.dalpha_acc, N, C, [&](std::int64_t i, std::int64_t j) {
       const std::int64_t k = i * C + j;
-      const double a = alpha[j];
-      const detail::SlerpAngle ang(c.th[i], c.sincos[2 * i], c.sincos[2 * i + 1]);
       const double dz = (dout[k] - out[k] * double(c.dot[i])) / c.nz[i];
-      return dz * (-ang.coef(1.0 - a).dg_dbeta * c.A[k] + ang.coef(a).dg_dbeta * c.Bf[k]);
+      return dz * (-double(c.Pb[k]) * c.A[k] + double(c.Qb[k]) * c.Bf[k]);
     });
     for (std::int64_t j = 0; j < C; ++j) dalpha[j] += T(c.dalpha_acc[j]);
     cpu::parallel_for(N, N * C > cpu::kParallelGrain, [&](std::int64_t i) {
-      const T* o = out + i * C;
-      const T* g = dout + i * C;
-      const T* A = c.A + i * C;
-      const T* Bf = c.Bf + i * C;
-      const detail::SlerpAngle ang(c.th[i], c.sincos[2 * i], c.sincos[2 * i + 1]);
-      const T* Pi = c.P + i * C;
-      const T* Qi = c.Q + i * C;
-      const double d = c.dot[i];
-      const double inz = 1.0 / c.nz[i];
+      const std::int64_t r = i * C;
+      const T* o = out + r;
+      const T* g = dout + r;
+      const T* A = c.A + r;
+      const T* Bf = c.Bf + r;
+      const T d = c.dot[i];
+      const T inz = T(1) / c.nz[i];
       double du = 0;
       if (c.clamped[i] == T(0))
         for (std::int64_t j = 0; j < C; ++j) {
-          const double dz = (g[j] - o[j] * d) * inz, a = alpha[j];
-          du -= dz * (ang.coef(1.0 - a).dg_dth_over_sin * A[j] + ang.coef(a).dg_dth_over_sin * Bf[j]);
+          const T dz = (g[j] - o[j] * d) * inz;
+          du -= double(dz * (c.Pth[r + j] * A[j] + c.Qth[r + j] * Bf[j]));
         }
       // dA, dBf, then through the two row normalizations (need A·dA, Bf·dBf).
+      const T tdu = T(du);
       double sA = 0, sB = 0;
       for (std::int64_t j = 0; j < C; ++j) {
-        const double dz = (g[j] - o[j] * d) * inz;
-        const double dA = dz * Pi[j] + du * Bf[j];
-        const double dB = dz * Qi[j] + du * A[j];
-        sA += A[j] * dA;
-        sB += Bf[j] * dB;
+        const T dz = (g[j] - o[j] * d) * inz;
+        sA += double(A[j] * (dz * c.P[r + j] + tdu * Bf[j]));
+        sB += double(Bf[j] * (dz * c.Q[r + j] + tdu * A[j]));
       }
-      const double inh = 1.0 / c.nh[i], inf = 1.0 / c.nf[i];
-      T* dhi = dh + i * C;
-      T* dfi = df + i * C;
+      const T inh = T(1) / c.nh[i], inf = T(1) / c.nf[i], tsA = T(sA), tsB = T(sB);
+      T* dhi = dh + r;
+      T* dfi = df + r;
       for (std::int64_t j = 0; j < C; ++j) {
-        const double dz = (g[j] - o[j] * d) * inz;
-        const double dA = dz * Pi[j] + du * Bf[j];
-        const double dB = dz * Qi[j] + du * A[j];
-        dfi[j] = T((dB - Bf[j] * sB) * inf);
-        dhi[j] = T((dA - A[j] * sA) * inh);  // last: dhi may alias g
+        const T dz = (g[j] - o[j] * d) * inz;
+        const T dA = dz * c.P[r + j] + tdu * Bf[j];
+        const T dB = dz * c.Q[r + j] + tdu * A[j];
+        dfi[j] = (dB - Bf[j] * tsB) * inf;
+        dhi[j] = (dA - A[j] * tsA) * inh;  // last: dhi may alias g
       }
     });
   }

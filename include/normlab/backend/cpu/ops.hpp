@@ -294,61 +294,127 @@ void rope_apply(T* x, const T* cosv, const T* sinv, std::int64_t B, std::int64_t
 }
 
 // ---------------------------------------------------------------- causal attention
-// q,k,v,y: (B,T,H,dk) i.e. (B*T, C); P: (B,H,T,T) softmax probabilities (upper triangle 0).
+// q,k,v,y: (B,T,H,dk) i.e. (B*T, C); lse: (B,H,T), the log-sum-exp of each row
+// of scaled scores, which is all backward keeps besides q, k, v and y.
+//
+// Blocked ("flash") causal attention: per (batch, head), query blocks of
+// kAttnBlock rows meet key blocks up to the diagonal with an online softmax.
+// The T×T scores never exist (memory O(block²) per thread), and blocks above
+// the diagonal are skipped, half the FLOPs of the dense masked product.
+// Backward recomputes each score block from q, k and lse.
+inline constexpr std::int64_t kAttnBlock = 64;
+
 template <class T>
-void attention_forward(T* y, T* P, const T* q, const T* k, const T* v, std::int64_t B, std::int64_t Tn,
+void attention_forward(T* y, T* lse, const T* q, const T* k, const T* v, std::int64_t B, std::int64_t Tn,
                        std::int64_t H, std::int64_t dk, T scale) {
+  constexpr std::int64_t Bk = kAttnBlock;
   const std::int64_t C = H * dk;
   parallel_for(B * H, B * H * Tn * Tn * dk > kParallelGrain, [&](std::int64_t bh) {
-    const std::int64_t b = bh / H, hd = bh % H;
-    const std::int64_t off = b * Tn * C + hd * dk;
-    CStridedMap<T> Q(q + off, Tn, dk, Eigen::OuterStride<>(C));
-    CStridedMap<T> K(k + off, Tn, dk, Eigen::OuterStride<>(C));
-    CStridedMap<T> V(v + off, Tn, dk, Eigen::OuterStride<>(C));
-    StridedMap<T> Y(y + off, Tn, dk, Eigen::OuterStride<>(C));
-    MapMat<T> S(P + bh * Tn * Tn, Tn, Tn);
-    S.noalias() = Q * K.transpose();
-    for (std::int64_t t = 0; t < Tn; ++t) {
-      ArrayRow<T> row(S.data() + t * Tn, t + 1);
-      const T mx = row.maxCoeff() * scale;  // scale > 0
-      row = (row * scale - mx).exp();
-      row *= T(1) / row.sum();
-      std::fill(S.data() + t * Tn + t + 1, S.data() + (t + 1) * Tn, T(0));
+    const std::int64_t b = bh / H, hd = bh % H, off = b * Tn * C + hd * dk;
+    T* S = detail::thread_scratch<T, detail::kAttention>(std::size_t(Bk * Bk + Bk * dk + 2 * Bk));
+    T* O = S + Bk * Bk;  // (nq, dk) unnormalized output
+    T* m = O + Bk * dk;  // running row maxima
+    T* l = m + Bk;       // running row sums
+    for (std::int64_t i0 = 0; i0 < Tn; i0 += Bk) {
+      const std::int64_t nq = std::min(Bk, Tn - i0);
+      std::fill_n(O, nq * dk, T(0));
+      std::fill_n(m, nq, -std::numeric_limits<T>::infinity());
+      std::fill_n(l, nq, T(0));
+      for (std::int64_t j0 = 0; j0 < i0 + nq; j0 += Bk) {
+        const std::int64_t nk = std::min({Bk, Tn - j0, i0 + nq - j0});
+        gemm<T, Eigen::RowMajor, Eigen::ColMajor>(nq, nk, dk, q + off + i0 * C, C, k + off + j0 * C, C, S, Bk, false,
+                                                  scale);
+        for (std::int64_t r = 0; r < nq; ++r) {
+          const std::int64_t ncol = std::min(nk, i0 + r - j0 + 1);  // keys ≤ this query (≥ 1: j0 ≤ i0)
+          ArrayRow<T> row(S + r * Bk, ncol);
+          const T mx = std::max(m[r], row.maxCoeff());
+          const T corr = std::exp(m[r] - mx);  // 0 on the first block (m = −∞)
+          row = (row - mx).exp();
+          std::fill(S + r * Bk + ncol, S + r * Bk + nk, T(0));
+          l[r] = l[r] * corr + row.sum();
+          if (corr != T(1)) ArrayRow<T>(O + r * dk, dk) *= corr;
+          m[r] = mx;
+        }
+        gemm<T, Eigen::RowMajor, Eigen::RowMajor>(nq, dk, nk, S, Bk, v + off + j0 * C, C, O, dk, true);
+      }
+      for (std::int64_t r = 0; r < nq; ++r) {
+        const T inv = T(1) / l[r];
+        T* yr = y + off + (i0 + r) * C;
+        for (std::int64_t c = 0; c < dk; ++c) yr[c] = O[r * dk + c] * inv;
+        lse[bh * Tn + i0 + r] = m[r] + std::log(l[r]);
+      }
     }
-    Y.noalias() = S * V;
   });
 }
 
-// dS = P ⊙ (dP − rowsum(dP ⊙ P)), dP = dY Vᵀ; dq = scale dS K; dk = scale dSᵀ Q; dv = Pᵀ dY.
-// scratch: (B,H,T,T).
+// With P = softmax(scale·QKᵀ) recomputed per block from lse and D = rowsum(dY ⊙ Y):
+// dS = P ⊙ (dY Vᵀ − D); dq = scale dS K; dk = scale dSᵀ Q; dv = Pᵀ dY.
 template <class T>
-void attention_backward(T* dq, T* dk_, T* dv, T* scratch, const T* dy, const T* P, const T* q, const T* k,
+void attention_backward(T* dq, T* dk_, T* dv, const T* dy, const T* y, const T* lse, const T* q, const T* k,
                         const T* v, std::int64_t B, std::int64_t Tn, std::int64_t H, std::int64_t dk, T scale) {
+  constexpr std::int64_t Bk = kAttnBlock;
   const std::int64_t C = H * dk;
   parallel_for(B * H, B * H * Tn * Tn * dk > kParallelGrain, [&](std::int64_t bh) {
-    const std::int64_t b = bh / H, hd = bh % H;
-    const std::int64_t off = b * Tn * C + hd * dk;
-    CStridedMap<T> Q(q + off, Tn, dk, Eigen::OuterStride<>(C));
-    CStridedMap<T> K(k + off, Tn, dk, Eigen::OuterStride<>(C));
-    CStridedMap<T> V(v + off, Tn, dk, Eigen::OuterStride<>(C));
-    CStridedMap<T> dY(dy + off, Tn, dk, Eigen::OuterStride<>(C));
-    StridedMap<T> dQ(dq + off, Tn, dk, Eigen::OuterStride<>(C));
-    StridedMap<T> dK(dk_ + off, Tn, dk, Eigen::OuterStride<>(C));
-    StridedMap<T> dV(dv + off, Tn, dk, Eigen::OuterStride<>(C));
-    CMapMat<T> Pm(P + bh * Tn * Tn, Tn, Tn);
-    MapMat<T> dS(scratch + bh * Tn * Tn, Tn, Tn);
-    dV.noalias() = Pm.transpose() * dY;
-    dS.noalias() = dY * V.transpose();
+    const std::int64_t b = bh / H, hd = bh % H, off = b * Tn * C + hd * dk;
+    T* Pm = detail::thread_scratch<T, detail::kAttention>(std::size_t(2 * Bk * Bk + Tn));
+    T* dS = Pm + Bk * Bk;
+    T* D = dS + Bk * Bk;
     for (std::int64_t t = 0; t < Tn; ++t) {
-      T* g = dS.data() + t * Tn;
-      const T* p = Pm.data() + t * Tn;
-      T dot = 0;
-      for (std::int64_t s = 0; s <= t; ++s) dot += g[s] * p[s];
-      for (std::int64_t s = 0; s <= t; ++s) g[s] = scale * p[s] * (g[s] - dot);
-      for (std::int64_t s = t + 1; s < Tn; ++s) g[s] = 0;
+      const T* g = dy + off + t * C;
+      const T* o = y + off + t * C;
+      T s = 0;
+      for (std::int64_t c = 0; c < dk; ++c) s += g[c] * o[c];
+      D[t] = s;
+      std::fill_n(dq + off + t * C, dk, T(0));
+      std::fill_n(dk_ + off + t * C, dk, T(0));
+      std::fill_n(dv + off + t * C, dk, T(0));
     }
-    dQ.noalias() = dS * K;
-    dK.noalias() = dS.transpose() * Q;
+    for (std::int64_t i0 = 0; i0 < Tn; i0 += Bk) {
+      const std::int64_t nq = std::min(Bk, Tn - i0);
+      const T* Qi = q + off + i0 * C;
+      const T* dYi = dy + off + i0 * C;
+      for (std::int64_t j0 = 0; j0 < i0 + nq; j0 += Bk) {
+        const std::int64_t nk = std::min({Bk, Tn - j0, i0 + nq - j0});
+        const T* Kj = k + off + j0 * C;
+        const T* Vj = v + off + j0 * C;
+        gemm<T, Eigen::RowMajor, Eigen::ColMajor>(nq, nk, dk, Qi, C, Kj, C, Pm, Bk, false, scale);
+        gemm<T, Eigen::RowMajor, Eigen::ColMajor>(nq, nk, dk, dYi, C, Vj, C, dS, Bk, false);
+        for (std::int64_t r = 0; r < nq; ++r) {
+          const std::int64_t ncol = std::min(nk, i0 + r - j0 + 1);
+          ArrayRow<T> p(Pm + r * Bk, ncol), ds(dS + r * Bk, ncol);
+          p = (p - lse[bh * Tn + i0 + r]).exp();
+          ds = scale * p * (ds - D[i0 + r]);
+          std::fill(Pm + r * Bk + ncol, Pm + r * Bk + nk, T(0));
+          std::fill(dS + r * Bk + ncol, dS + r * Bk + nk, T(0));
+        }
+        gemm<T, Eigen::ColMajor, Eigen::RowMajor>(nk, dk, nq, Pm, Bk, dYi, C, dv + off + j0 * C, C, true);
+        gemm<T, Eigen::RowMajor, Eigen::RowMajor>(nq, dk, nk, dS, Bk, Kj, C, dq + off + i0 * C, C, true);
+        gemm<T, Eigen::ColMajor, Eigen::RowMajor>(nk, dk, nq, dS, Bk, Qi, C, dk_ + off + j0 * C, C, true);
+      }
+    }
+  });
+}
+
+// The probabilities themselves, (B,H,T,T) with zeros above the diagonal, from
+// q, k and the lse of a forward pass: for diagnostics and tests only.
+template <class T>
+void attention_probs(T* P, const T* lse, const T* q, const T* k, std::int64_t B, std::int64_t Tn, std::int64_t H,
+                     std::int64_t dk, T scale) {
+  const std::int64_t C = H * dk;
+  parallel_for(B * H, B * H * Tn * Tn * dk > kParallelGrain, [&](std::int64_t bh) {
+    const std::int64_t b = bh / H, hd = bh % H, off = b * Tn * C + hd * dk;
+    for (std::int64_t t = 0; t < Tn; ++t) {
+      T* row = P + (bh * Tn + t) * Tn;
+      for (std::int64_t s = 0; s < Tn; ++s) {
+        if (s > t) {
+          row[s] = T(0);
+          continue;
+        }
+        T dot = 0;
+        for (std::int64_t c = 0; c < dk; ++c) dot += q[off + t * C + c] * k[off + s * C + c];
+        row[s] = std::exp(scale * dot - lse[bh * Tn + t]);
+      }
+    }
   });
 }
 

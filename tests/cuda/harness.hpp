@@ -1,0 +1,125 @@
+#pragma once
+// A tiny harness for the CUDA tests: plain mains registered with CTest, which
+// exit 77 (SKIP_RETURN_CODE) when no CUDA device is present, so a machine
+// without a GPU reports them as skipped, never as passed or failed.
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "normlab/backend/cuda/backend.hpp"
+#include "normlab/backend/cuda/kernels.hpp"
+
+namespace normlab::cuda::test {
+
+inline constexpr int kSkip = 77;
+
+// 0 when a device is present; otherwise prints the reason and returns kSkip.
+inline int skip_without_device(const char* what) {
+  std::string why;
+  if (device_count(&why) > 0) return 0;
+  std::printf("SKIP: %s: no CUDA device (cudaGetDeviceCount: %s)\n", what, why.c_str());
+  return kSkip;
+}
+
+struct Tally {
+  int checks = 0, failures = 0;
+  // ‖got − ref‖₂ / ‖ref‖₂ (absolute when ref is all zeros) against tol; NaN fails.
+  void rel(const std::string& name, const std::vector<double>& got, const std::vector<double>& ref, double tol) {
+    ++checks;
+    double num = 0, den = 0;
+    const bool size_ok = got.size() == ref.size();
+    for (std::size_t i = 0; size_ok && i < ref.size(); ++i) {
+      num += (got[i] - ref[i]) * (got[i] - ref[i]);
+      den += ref[i] * ref[i];
+    }
+    const double e = !size_ok ? INFINITY : (den > 0 ? std::sqrt(num / den) : std::sqrt(num));
+    const bool ok = e <= tol;
+    failures += ok ? 0 : 1;
+    std::printf("%-4s %-60s rel %.3e  tol %.1e\n", ok ? "ok" : "FAIL", name.c_str(), e, tol);
+  }
+  void truth(const std::string& name, bool ok) {
+    ++checks;
+    failures += ok ? 0 : 1;
+    std::printf("%-4s %s\n", ok ? "ok" : "FAIL", name.c_str());
+  }
+  int finish(const char* what) const {
+    std::printf("%s: %d checks, %d failures: %s\n", what, checks, failures, failures ? "FAIL" : "PASS");
+    return failures ? 1 : 0;
+  }
+};
+
+// Runs body() unless there is no device; exceptions fail the test with their message.
+template <class F>
+int run_test(const char* what, F&& body) {
+  if (const int rc = skip_without_device(what)) return rc;
+  try {
+    return body();
+  } catch (const std::exception& e) {
+    std::printf("FAIL: %s: %s\n", what, e.what());
+    return 1;
+  }
+}
+
+// Host rounding to the storage type (round to nearest even, as __float2bfloat16).
+inline double round_to(Dtype dt, double x) {
+  const float f = float(x);
+  if (dt == Dtype::f32) return f;
+  std::uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  u &= 0xffff0000u;
+  float r;
+  std::memcpy(&r, &u, 4);
+  return r;
+}
+
+inline std::vector<double> random_vec(std::mt19937_64& rng, std::size_t n, double scale = 1.0, double shift = 0.0) {
+  std::normal_distribution<double> nd(0.0, 1.0);
+  std::vector<double> v(n);
+  for (double& x : v) x = shift + scale * nd(rng);
+  return v;
+}
+
+// A device tensor in storage dt (or float32 when dt is f32 and `as_f32`), filled from host doubles.
+class DTensor {
+ public:
+  DTensor(Backend& be, Dtype dt, std::size_t n) : be_(&be), dt_(dt), n_(n), buf_(n * dtype_size(dt)) {}
+  DTensor(Backend& be, Dtype dt, const std::vector<double>& host) : DTensor(be, dt, host.size()) { set(host); }
+  void set(const std::vector<double>& host) {
+    std::vector<float> f(host.begin(), host.end());
+    DeviceBuffer tmp(f.size() * 4);
+    NORMLAB_CUDA_CHECK(cudaMemcpy(tmp.get(), f.data(), f.size() * 4, cudaMemcpyHostToDevice));
+    k::to_storage(dt_, buf_.get(), tmp.as<float>(), std::int64_t(n_), be_->stream());
+    be_->synchronize();
+  }
+  std::vector<double> get() const {
+    DeviceBuffer tmp(n_ * 4);
+    k::to_float(dt_, tmp.as<float>(), buf_.get(), std::int64_t(n_), be_->stream());
+    be_->synchronize();
+    std::vector<float> f(n_);
+    NORMLAB_CUDA_CHECK(cudaMemcpy(f.data(), tmp.get(), n_ * 4, cudaMemcpyDeviceToHost));
+    return std::vector<double>(f.begin(), f.end());
+  }
+  void* ptr() const { return buf_.get(); }
+  float* f() const { return buf_.as<float>(); }  // only for float32 tensors
+  std::size_t size() const { return n_; }
+
+ private:
+  Backend* be_;
+  Dtype dt_;
+  std::size_t n_;
+  DeviceBuffer buf_;
+};
+
+// The values as the device holds them: rounded to the storage type.
+inline std::vector<double> rounded(Dtype dt, std::vector<double> v) {
+  for (double& x : v) x = round_to(dt, x);
+  return v;
+}
+
+}  // namespace normlab::cuda::test
