@@ -182,12 +182,13 @@ void test_attention(Backend& be, Dtype dt, Tally& t, std::mt19937_64& rng) {
     k::attention_forward(dt, y.ptr(), lse.f(), q.ptr(), k_.ptr(), v.ptr(), b, tt, h, d, float(scale), be.stream());
     k::attention_backward(dt, dq.ptr(), dk.ptr(), dv.ptr(), dsum.f(), dy.ptr(), y.ptr(), q.ptr(), k_.ptr(), v.ptr(),
                           lse.f(), b, tt, h, d, float(scale), be.stream());
-    Vec ry(N * C), P(b * h * tt * tt), rdq(N * C), rdk(N * C), rdv(N * C), scratch(P.size());
-    cpu::attention_forward(ry.data(), P.data(), Q.data(), K.data(), Vv.data(), b, tt, h, d, scale);
-    cpu::attention_backward(rdq.data(), rdk.data(), rdv.data(), scratch.data(), dY.data(), P.data(), Q.data(), K.data(),
+    Vec ry(N * C), rlse(b * h * tt), rdq(N * C), rdk(N * C), rdv(N * C);
+    cpu::attention_forward(ry.data(), rlse.data(), Q.data(), K.data(), Vv.data(), b, tt, h, d, scale);
+    cpu::attention_backward(rdq.data(), rdk.data(), rdv.data(), dY.data(), ry.data(), rlse.data(), Q.data(), K.data(),
                             Vv.data(), b, tt, h, d, scale);
     const std::string sz = " T=" + std::to_string(tt) + " D=" + std::to_string(d);
     t.rel(tag(dt, "attention forward y" + sz), y.get(), ry, tol(dt));
+    t.rel(tag(dt, "attention log-sum-exp" + sz), lse.get(), rlse, tol(dt));
     t.rel(tag(dt, "attention backward dq" + sz), dq.get(), rdq, tol(dt));
     t.rel(tag(dt, "attention backward dk" + sz), dk.get(), rdk, tol(dt));
     t.rel(tag(dt, "attention backward dv" + sz), dv.get(), rdv, tol(dt));
