@@ -8,6 +8,7 @@
 // FLOPs per token of a step = 6 × (weights in matrix products, LM head
 // included, embedding lookup excluded) + 6 × layers × T × d  (docs/perf.md).
 #include <benchmark/benchmark.h>
+#include <omp.h>
 
 #include <random>
 #include <vector>
@@ -38,12 +39,25 @@ double matmul_weights(const Model& m) {
 
 struct StepConfig {
   std::int64_t d, layers, heads, T, B, V;
+  int threads = 0;  // 0: OpenMP's default (all cores)
 };
 constexpr StepConfig kReference{256, 4, 4, 256, 8, 256};
 constexpr StepConfig kLarger{512, 6, 8, 512, 4, 256};
+constexpr StepConfig kReferenceOneThread{256, 4, 4, 256, 8, 256, 1};
+
+// Sets the OpenMP thread count for one benchmark and restores it after, so a
+// one-thread and an all-threads run can be interleaved in the same process.
+struct ThreadCount {
+  int saved = omp_get_max_threads();
+  explicit ThreadCount(int n) {
+    if (n > 0) omp_set_num_threads(n);
+  }
+  ~ThreadCount() { omp_set_num_threads(saved); }
+};
 
 template <class Tag>
 void BM_TrainStep(benchmark::State& state, StepConfig c) {
+  const ThreadCount threads(c.threads);
   using Model = typename Tag::template model<float>;
   ModelConfig mc;
   mc.vocab_size = c.V;
@@ -79,6 +93,12 @@ void register_steps() {
       ->UseRealTime()
       ->MinTime(2.0);
   benchmark::RegisterBenchmark(("BM_TrainStep/" + n + "/larger").c_str(), BM_TrainStep<Tag>, kLarger)
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime()
+      ->MinTime(2.0);
+  // The thread-scaling figure: the reference step on one thread.
+  benchmark::RegisterBenchmark(("BM_TrainStep/" + n + "/reference_1thread").c_str(), BM_TrainStep<Tag>,
+                               kReferenceOneThread)
       ->Unit(benchmark::kMillisecond)
       ->UseRealTime()
       ->MinTime(2.0);
@@ -170,37 +190,47 @@ BENCHMARK(BM_Residual<lerp_retract>)->Arg(0)->Arg(1)->UseRealTime();
 BENCHMARK(BM_Residual<lerp_nu>)->Arg(0)->Arg(1)->UseRealTime();
 BENCHMARK(BM_Residual<slerp>)->Arg(0)->Arg(1)->UseRealTime();
 
-// RoPE + per-head normalization + s_qk, as the sphere scheme runs them.
+// RoPE + per-head normalization + s_qk, fused as the sphere scheme runs them
+// (arg 0 forward, 1 backward with the s_qk gradient).
 void BM_QkNormRope(benchmark::State& state) {
   const std::int64_t B = 8, T = 256, H = 4, D = 64, C = H * D, N = B * T;
-  auto q = random_floats(N * C, 1), s = random_floats(C, 2);
-  std::vector<float> cs(T * D / 2), sn(T * D / 2), qh(N * C), qs(N * C), nrm(N * H);
+  auto q = random_floats(N * C, 1), s = random_floats(C, 2), g = random_floats(N * C, 3);
+  std::vector<float> cs(T * D / 2), sn(T * D / 2), qh(N * C), qs(N * C), nrm(N * H), ds(C), dq(N * C);
   cpu::rope_table(cs.data(), sn.data(), T, D);
+  const bool backward = state.range(0) != 0;
+  cpu::rope_l2norm_scale_forward(q.data(), qh.data(), nrm.data(), qs.data(), s.data(), cs.data(), sn.data(), B, T, H,
+                                 D);
   for (auto _ : state) {
-    cpu::rope_apply(q.data(), cs.data(), sn.data(), B, T, H, D, false);
-    cpu::l2norm_rows_forward(qh.data(), nrm.data(), q.data(), N * H, D);
-    cpu::scale_columns(qs.data(), qh.data(), s.data(), N, C);
+    if (backward) {
+      std::copy(g.begin(), g.end(), dq.begin());
+      cpu::rope_l2norm_scale_backward(dq.data(), ds.data(), qh.data(), nrm.data(), s.data(), cs.data(), sn.data(), B,
+                                      T, H, D, 1.0f);
+    } else {
+      cpu::rope_l2norm_scale_forward(q.data(), qh.data(), nrm.data(), qs.data(), s.data(), cs.data(), sn.data(), B,
+                                     T, H, D);
+    }
     benchmark::ClobberMemory();
   }
-  bytes_rate(state, 6.0 * 4 * N * C);
+  // forward: read q, write q, qh, qs; backward: copy in (r+w), read qh, read+write dq
+  bytes_rate(state, 4.0 * 4 * N * C);
 }
-BENCHMARK(BM_QkNormRope)->UseRealTime();
+BENCHMARK(BM_QkNormRope)->Arg(0)->Arg(1)->UseRealTime();
 
 void BM_ScaledSwiGLU(benchmark::State& state) {
   const std::int64_t N = 2048, F = 1024;
   auto uv = random_floats(N * 2 * F, 1), s = random_floats(2 * F, 2), dact = random_floats(N * F, 3);
-  std::vector<float> uvs(N * 2 * F), act(N * F), duv(N * 2 * F);
+  std::vector<float> act(N * F), duv(N * 2 * F), ds(2 * F);
   const bool backward = state.range(0) != 0;
   for (auto _ : state) {
-    if (backward) {
-      cpu::swiglu_backward(duv.data(), dact.data(), uv.data(), N, F);
-    } else {
-      cpu::scale_columns(uvs.data(), uv.data(), s.data(), N, 2 * F);
-      cpu::swiglu_forward(act.data(), uvs.data(), N, F);
-    }
+    if (backward)
+      cpu::scaled_swiglu_backward(duv.data(), ds.data(), dact.data(), uv.data(), s.data(), N, F, 1.0f);
+    else
+      cpu::scaled_swiglu_forward(act.data(), uv.data(), s.data(), N, F);
     benchmark::ClobberMemory();
   }
-  bytes_rate(state, backward ? 4.0 * 4 * N * 2 * F : 2.5 * 4 * N * 2 * F);
+  // Bytes that must move: forward reads uv (2F) and writes act (F) per row;
+  // backward reads uv and dact, writes duv (2F + F + 2F).
+  bytes_rate(state, backward ? 5.0 * 4 * N * F : 3.0 * 4 * N * F);
 }
 BENCHMARK(BM_ScaledSwiGLU)->Arg(0)->Arg(1)->UseRealTime();
 

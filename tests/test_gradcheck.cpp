@@ -238,43 +238,78 @@ TEST_CASE("gradcheck: SwiGLU u ⊙ silu(g)", "[grad]") {
 }
 
 TEST_CASE("gradcheck: scaled SwiGLU (uv ⊙ s before the gate)", "[grad]") {
-  const std::int64_t F = 6;
+  // F = 70 spans two column blocks of the fused backward (64 + a ragged 6).
+  const std::int64_t F = 70;
+  const double c = 1.7;  // the scale's re-parameterisation constant
   Vec uv = random_vector(N * 2 * F, 19), s = random_vector(2 * F, 20), w = random_vector(N * F, 21);
-  Vec uvs(uv.size()), act(N * F);
+  Vec act(N * F);
   auto loss = [&] {
-    cpu::scale_columns(uvs.data(), uv.data(), s.data(), N, 2 * F);
-    cpu::swiglu_forward(act.data(), uvs.data(), N, F);
+    cpu::scaled_swiglu_forward(act.data(), uv.data(), s.data(), N, F);
     return dot(act, w);
   };
-  loss();
   Vec duv(uv.size()), ds(s.size(), 0.0);
-  cpu::swiglu_backward(duv.data(), w.data(), uvs.data(), N, F);
-  cpu::column_dot_accumulate(ds.data(), duv.data(), uv.data(), N, 2 * F);
-  cpu::scale_columns(duv.data(), duv.data(), s.data(), N, 2 * F);
+  cpu::scaled_swiglu_backward(duv.data(), ds.data(), w.data(), uv.data(), s.data(), N, F, c);
+  Vec ds_num = numeric_grad(s, loss);
+  for (double& x : ds_num) x *= c;
   CHECK(rel_err(duv, numeric_grad(uv, loss)) < kGradTol);
-  CHECK(rel_err(ds, numeric_grad(s, loss)) < kGradTol);
+  CHECK(rel_err(ds, ds_num) < kGradTol);
+  // The unfused composition gives the same forward.
+  Vec uvs(uv.size()), act2(N * F);
+  cpu::scale_columns(uvs.data(), uv.data(), s.data(), N, 2 * F);
+  cpu::swiglu_forward(act2.data(), uvs.data(), N, F);
+  loss();
+  CHECK(rel_err(act, act2) < 1e-15);
 }
 
-TEST_CASE("gradcheck: scaled QK-norm after RoPE (s ⊙ N(rope(q)) per head)", "[grad]") {
+TEST_CASE("gradcheck: scaled QK-norm after RoPE (s ⊙ N(rope(q)) per head), fused kernels", "[grad]") {
+  // B·T = 14 rows: with kRowChunk = 128 one chunk; the second case below
+  // takes 300 rows (three chunks) against the unfused composition.
   Vec cs(Tn * D / 2), sn(Tn * D / 2);
   cpu::rope_table(cs.data(), sn.data(), Tn, D);
   Vec q = random_vector(N * C, 22), s = random_vector(C, 23), w = random_vector(N * C, 24);
   Vec qr(N * C), qh(N * C), qs(N * C), nrm(N * H);
   auto loss = [&] {
     qr = q;
-    cpu::rope_apply(qr.data(), cs.data(), sn.data(), B, Tn, H, D, false);
-    cpu::l2norm_rows_forward(qh.data(), nrm.data(), qr.data(), N * H, D);
-    cpu::scale_columns(qs.data(), qh.data(), s.data(), N, C);
+    cpu::rope_l2norm_scale_forward(qr.data(), qh.data(), nrm.data(), qs.data(), s.data(), cs.data(), sn.data(), B, Tn,
+                                   H, D);
     return dot(qs, w);
   };
   loss();
-  Vec dq(N * C), ds(C, 0.0);
-  cpu::column_dot_accumulate(ds.data(), w.data(), qh.data(), N, C);
-  cpu::scale_columns(dq.data(), w.data(), s.data(), N, C);
-  cpu::l2norm_rows_backward(dq.data(), dq.data(), qh.data(), nrm.data(), N * H, D);
-  cpu::rope_apply(dq.data(), cs.data(), sn.data(), B, Tn, H, D, true);
+  const double c = 0.7;
+  Vec dq = w, ds(C, 0.0);
+  cpu::rope_l2norm_scale_backward(dq.data(), ds.data(), qh.data(), nrm.data(), s.data(), cs.data(), sn.data(), B, Tn,
+                                  H, D, c);
+  Vec ds_num = numeric_grad(s, loss);
+  for (double& x : ds_num) x *= c;
   CHECK(rel_err(dq, numeric_grad(q, loss)) < kGradTol);
-  CHECK(rel_err(ds, numeric_grad(s, loss)) < kGradTol);
+  CHECK(rel_err(ds, ds_num) < kGradTol);
+}
+
+TEST_CASE("fused QK path equals RoPE, l2norm_rows and scale_columns composed (several row chunks)", "[grad]") {
+  const std::int64_t b = 3, t = 100, h = 2, d = 8, c = h * d, n = b * t;
+  Vec cs(t * d / 2), sn(t * d / 2);
+  cpu::rope_table(cs.data(), sn.data(), t, d);
+  const Vec q = random_vector(n * c, 25), s = random_vector(c, 26), g = random_vector(n * c, 27);
+  // unfused
+  Vec qr = q, qh(n * c), qs(n * c), nrm(n * h), dq(n * c), ds(c, 0.0);
+  cpu::rope_apply(qr.data(), cs.data(), sn.data(), b, t, h, d, false);
+  cpu::l2norm_rows_forward(qh.data(), nrm.data(), qr.data(), n * h, d);
+  cpu::scale_columns(qs.data(), qh.data(), s.data(), n, c);
+  cpu::column_dot_accumulate(ds.data(), g.data(), qh.data(), n, c);
+  cpu::scale_columns(dq.data(), g.data(), s.data(), n, c);
+  cpu::l2norm_rows_backward(dq.data(), dq.data(), qh.data(), nrm.data(), n * h, d);
+  cpu::rope_apply(dq.data(), cs.data(), sn.data(), b, t, h, d, true);
+  // fused
+  Vec fq = q, fqh(n * c), fqs(n * c), fnrm(n * h), fdq = g, fds(c, 0.0);
+  cpu::rope_l2norm_scale_forward(fq.data(), fqh.data(), fnrm.data(), fqs.data(), s.data(), cs.data(), sn.data(), b, t,
+                                 h, d);
+  cpu::rope_l2norm_scale_backward(fdq.data(), fds.data(), fqh.data(), fnrm.data(), s.data(), cs.data(), sn.data(), b,
+                                  t, h, d, 1.0);
+  // Same operations in the same order per element, except ds: summed per chunk of rows (rounding only).
+  CHECK(rel_err(fq, qr) == 0.0);
+  CHECK(rel_err(fqs, qs) == 0.0);
+  CHECK(rel_err(fdq, dq) < 1e-15);
+  CHECK(rel_err(fds, ds) < 1e-14);
 }
 
 TEST_CASE("gradcheck: cross-entropy and scaled logits", "[grad]") {

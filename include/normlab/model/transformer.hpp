@@ -200,16 +200,14 @@ class Transformer {
       }
       Res::backward(d_h_, d_f_, d_alpha_, d_h_, a.res_mlp, h_out, a.h_mid, a.m, alpha_tmp_, N, C);
       if constexpr (Residual::learned_alpha) alpha_grad_to_stored(w.mlp_alpha);
-      if constexpr (Scheme::approx_factors) scale_inplace(d_f_, T(mlp_factor_), N * C);
-      cpu::linear_backward(d_act_, G(w.wproj), d_f_, a.act, P(w.wproj), N, F, C);
-      const T* uvs = Scheme::scaled_uv ? a.uvs : a.uv;
-      cpu::swiglu_backward(d_uv_, d_act_, uvs, N, F);
+      cpu::linear_backward(d_act_, G(w.wproj), d_f_, a.act, P(w.wproj), N, F, C, T(mlp_factor_));
       if constexpr (Scheme::scaled_uv) {
         effective_scale(w.suv, suv_const(), 2 * F, s_tmp_);
         std::fill_n(d_scale_, 2 * F, T(0));
-        cpu::column_dot_accumulate(d_scale_, d_uv_, a.uv, N, 2 * F, T(suv_const()));
+        cpu::scaled_swiglu_backward(d_uv_, d_scale_, d_act_, a.uv, s_tmp_, N, F, T(suv_const()));
         fold_scale_grad(w.suv, 2 * F);
-        cpu::scale_columns(d_uv_, d_uv_, s_tmp_, N, 2 * F);
+      } else {
+        cpu::swiglu_backward(d_uv_, d_act_, a.uv, N, F);
       }
       const T* xm = Scheme::rmsnorm_inputs ? a.xm : a.h_mid;
       cpu::linear_backward(d_x_, G(w.wfc), d_uv_, xm, P(w.wfc), N, C, 2 * F);
@@ -226,8 +224,7 @@ class Transformer {
       }
       Res::backward(d_h_, d_f_, d_alpha_, d_h_, a.res_att, a.h_mid, a.h_in, a.a, alpha_tmp_, N, C);
       if constexpr (Residual::learned_alpha) alpha_grad_to_stored(w.attn_alpha);
-      if constexpr (Scheme::approx_factors) scale_inplace(d_f_, T(attn_factor_), N * C);
-      cpu::linear_backward(d_y_, G(w.wo), d_f_, a.y, P(w.wo), N, C, C);
+      cpu::linear_backward(d_y_, G(w.wo), d_f_, a.y, P(w.wo), N, C, C, T(attn_factor_));
       const T* qa = kQkTransformed ? a.qs : a.q;
       const T* ka = kQkTransformed ? a.ks : a.k;
       cpu::attention_backward(d_q_, d_k_, d_v_, d_y_, a.y, a.lse, qa, ka, a.v, B, Tn, H, D, softmax_scale());
@@ -236,24 +233,29 @@ class Transformer {
         std::copy_n(d_x_, N * C, d_q_);
         cpu::rmsnorm_backward(d_x_, G(w.k_gain), d_k_, a.k, P(w.k_gain), a.kn, N * H, D);
         std::copy_n(d_x_, N * C, d_k_);
-      } else if constexpr (Scheme::qk == QkMode::unit_scaled || Scheme::qk == QkMode::scaled_only) {
+      } else if constexpr (Scheme::qk == QkMode::unit_scaled) {  // s_qk, unit norm and RoPE: one fused pass
         effective_scale(w.sqk, cfg_.sqk_init / cfg_.base_scale, C, s_tmp_);
         const T k = T(cfg_.sqk_init / cfg_.base_scale);
-        const T* qpre = Scheme::qk == QkMode::unit_scaled ? a.qh : a.q;
-        const T* kpre = Scheme::qk == QkMode::unit_scaled ? a.kh : a.k;
         std::fill_n(d_scale_, C, T(0));
-        cpu::column_dot_accumulate(d_scale_, d_q_, qpre, N, C, k);
-        cpu::column_dot_accumulate(d_scale_, d_k_, kpre, N, C, k);
+        cpu::rope_l2norm_scale_backward(d_q_, d_scale_, a.qh, a.qn, s_tmp_, rope_cos_.data(), rope_sin_.data(), B,
+                                        Tn, H, D, k);
+        cpu::rope_l2norm_scale_backward(d_k_, d_scale_, a.kh, a.kn, s_tmp_, rope_cos_.data(), rope_sin_.data(), B,
+                                        Tn, H, D, k);
+        fold_scale_grad(w.sqk, C);
+      } else if constexpr (Scheme::qk == QkMode::scaled_only) {
+        effective_scale(w.sqk, cfg_.sqk_init / cfg_.base_scale, C, s_tmp_);
+        const T k = T(cfg_.sqk_init / cfg_.base_scale);
+        std::fill_n(d_scale_, C, T(0));
+        cpu::column_dot_accumulate(d_scale_, d_q_, a.q, N, C, k);
+        cpu::column_dot_accumulate(d_scale_, d_k_, a.k, N, C, k);
         fold_scale_grad(w.sqk, C);
         cpu::scale_columns(d_q_, d_q_, s_tmp_, N, C);
         cpu::scale_columns(d_k_, d_k_, s_tmp_, N, C);
-        if constexpr (Scheme::qk == QkMode::unit_scaled) {
-          cpu::l2norm_rows_backward(d_q_, d_q_, a.qh, a.qn, N * H, D);
-          cpu::l2norm_rows_backward(d_k_, d_k_, a.kh, a.kn, N * H, D);
-        }
       }
-      cpu::rope_apply(d_q_, rope_cos_.data(), rope_sin_.data(), B, Tn, H, D, true);
-      cpu::rope_apply(d_k_, rope_cos_.data(), rope_sin_.data(), B, Tn, H, D, true);
+      if constexpr (Scheme::qk != QkMode::unit_scaled) {
+        cpu::rope_apply(d_q_, rope_cos_.data(), rope_sin_.data(), B, Tn, H, D, true);
+        cpu::rope_apply(d_k_, rope_cos_.data(), rope_sin_.data(), B, Tn, H, D, true);
+      }
       const T* x = Scheme::rmsnorm_inputs ? a.xa : a.h_in;
       cpu::linear_backward(d_x_, G(w.wq), d_q_, x, P(w.wq), N, C, C);
       cpu::linear_backward(d_f_, G(w.wk), d_k_, x, P(w.wk), N, C, C);
@@ -320,7 +322,6 @@ class Transformer {
     T* xm = nullptr;     // (N,C) RMSNorm(h_mid)
     T* rstd_m = nullptr; // (N)
     T* uv = nullptr;     // (N,2F) x W_fcᵀ
-    T* uvs = nullptr;    // (N,2F) uv ⊙ s_uv√d (sphere)
     T* act = nullptr;    // (N,F) u ⊙ silu(g)
     T* m = nullptr;      // (N,C) MLP output
     typename Res::Cache res_mlp;
@@ -400,7 +401,6 @@ class Transformer {
       a.res_att.bind(ar, N, C);
       a.h_mid = ar.take(N * C);
       a.uv = ar.take(N * 2 * F);
-      if constexpr (Scheme::scaled_uv) a.uvs = ar.take(N * 2 * F);
       a.act = ar.take(N * F);
       a.m = ar.take(N * C);
       a.res_mlp.bind(ar, N, C);
@@ -446,17 +446,19 @@ class Transformer {
     cpu::linear_forward(a.q, x, P(w.wq), N, C, C);
     cpu::linear_forward(a.k, x, P(w.wk), N, C, C);
     cpu::linear_forward(a.v, x, P(w.wv), N, C, C);
-    cpu::rope_apply(a.q, rope_cos_.data(), rope_sin_.data(), B, Tn, H, D, false, pos0);
-    cpu::rope_apply(a.k, rope_cos_.data(), rope_sin_.data(), B, Tn, H, D, false, pos0);
+    if constexpr (Scheme::qk == QkMode::unit_scaled) {  // RoPE, per-head unit norm, s_qk: one fused pass
+      effective_scale(w.sqk, cfg_.sqk_init / cfg_.base_scale, C, s_tmp_);
+      cpu::rope_l2norm_scale_forward(a.q, a.qh, a.qn, a.qs, s_tmp_, rope_cos_.data(), rope_sin_.data(), B, Tn, H, D,
+                                     pos0);
+      cpu::rope_l2norm_scale_forward(a.k, a.kh, a.kn, a.ks, s_tmp_, rope_cos_.data(), rope_sin_.data(), B, Tn, H, D,
+                                     pos0);
+    } else {
+      cpu::rope_apply(a.q, rope_cos_.data(), rope_sin_.data(), B, Tn, H, D, false, pos0);
+      cpu::rope_apply(a.k, rope_cos_.data(), rope_sin_.data(), B, Tn, H, D, false, pos0);
+    }
     if constexpr (Scheme::qk == QkMode::rms_gain) {
       cpu::rmsnorm_forward(a.qs, a.qn, a.q, P(w.q_gain), N * H, D, T(cfg_.rmsnorm_eps));
       cpu::rmsnorm_forward(a.ks, a.kn, a.k, P(w.k_gain), N * H, D, T(cfg_.rmsnorm_eps));
-    } else if constexpr (Scheme::qk == QkMode::unit_scaled) {
-      effective_scale(w.sqk, cfg_.sqk_init / cfg_.base_scale, C, s_tmp_);
-      cpu::l2norm_rows_forward(a.qh, a.qn, a.q, N * H, D);
-      cpu::l2norm_rows_forward(a.kh, a.kn, a.k, N * H, D);
-      cpu::scale_columns(a.qs, a.qh, s_tmp_, N, C);
-      cpu::scale_columns(a.ks, a.kh, s_tmp_, N, C);
     } else if constexpr (Scheme::qk == QkMode::scaled_only) {
       effective_scale(w.sqk, cfg_.sqk_init / cfg_.base_scale, C, s_tmp_);
       cpu::scale_columns(a.qs, a.q, s_tmp_, N, C);
@@ -473,8 +475,8 @@ class Transformer {
     } else {
       cpu::attention_forward(a.y, a.lse, qa, ka, a.v, B, Tn, H, D, softmax_scale());
     }
-    cpu::linear_forward(a.a, a.y, P(w.wo), N, C, C);
-    if constexpr (Scheme::approx_factors) scale_inplace(a.a, T(attn_factor_), N * C);
+    // anGPT's constant factor (1 for other schemes) is the GEMM's alpha.
+    cpu::linear_forward(a.a, a.y, P(w.wo), N, C, C, false, T(attn_factor_));
     if constexpr (Residual::learned_alpha) effective_alpha(w.attn_alpha, alpha_tmp_);
     Res::forward(a.res_att, a.h_mid, a.h_in, a.a, alpha_tmp_, N, C);
     // ---- MLP
@@ -484,15 +486,13 @@ class Transformer {
       xm = a.xm;
     }
     cpu::linear_forward(a.uv, xm, P(w.wfc), N, C, 2 * F);
-    const T* uvs = a.uv;
     if constexpr (Scheme::scaled_uv) {
       effective_scale(w.suv, suv_const(), 2 * F, s_tmp_);
-      cpu::scale_columns(a.uvs, a.uv, s_tmp_, N, 2 * F);
-      uvs = a.uvs;
+      cpu::scaled_swiglu_forward(a.act, a.uv, s_tmp_, N, F);
+    } else {
+      cpu::swiglu_forward(a.act, a.uv, N, F);
     }
-    cpu::swiglu_forward(a.act, uvs, N, F);
-    cpu::linear_forward(a.m, a.act, P(w.wproj), N, F, C);
-    if constexpr (Scheme::approx_factors) scale_inplace(a.m, T(mlp_factor_), N * C);
+    cpu::linear_forward(a.m, a.act, P(w.wproj), N, F, C, false, T(mlp_factor_));
     if constexpr (Residual::learned_alpha) effective_alpha(w.mlp_alpha, alpha_tmp_);
     Res::forward(a.res_mlp, h_out, a.h_mid, a.m, alpha_tmp_, N, C);
   }
@@ -568,10 +568,6 @@ class Transformer {
       d_scale_[c] = T(double(d_alpha_[c]) * sgn * k);
     }
     fold_scale_grad(off, cfg_.n_embd);
-  }
-
-  static void scale_inplace(T* x, T c, std::int64_t n) {
-    cpu::parallel_for(n, n > cpu::kParallelGrain, [&](std::int64_t i) { x[i] *= c; });
   }
 
   static void add_into(T* dst, const T* src, std::int64_t n) {

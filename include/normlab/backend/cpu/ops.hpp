@@ -85,13 +85,18 @@ using ArrayRow = Eigen::Map<Eigen::Array<T, 1, Eigen::Dynamic>>;
 template <class T>
 using CArrayRow = Eigen::Map<const Eigen::Array<T, 1, Eigen::Dynamic>>;
 
+// Rows per chunk of the fused kernels that also reduce over rows: each chunk is
+// summed in order into its own partial and the partials are added in chunk
+// order, so the sums do not depend on the thread count.
+inline constexpr std::int64_t kRowChunk = 128;
+
 // ---------------------------------------------------------------- scratch
 namespace detail {
 // Per-thread scratch that only grows: once a kernel has run at a given size,
 // its temporary storage costs no allocation (a steady-state step allocates
 // nothing; tests/test_noalloc.cpp). Each (type, slot) pair is its own buffer,
 // so a kernel may use one slot while a GEMM it calls uses another.
-enum ScratchSlot : int { kGemmPack = 0, kAttention = 1, kRowLoss = 2 };
+enum ScratchSlot : int { kGemmPack = 0, kAttention = 1, kRowLoss = 2, kColumnPartials = 3 };
 template <class T, int Slot>
 T* thread_scratch(std::size_t n) {
   thread_local std::vector<T, Eigen::aligned_allocator<T>> buf;
@@ -166,18 +171,20 @@ void gemm(std::int64_t M, std::int64_t N, std::int64_t K, const T* A, std::int64
 
 // ---------------------------------------------------------------- GEMMs
 // Y(N,out) = X(N,in) Wᵀ  (or += when accumulate). Wᵀ is W read column-major: no transposed copy.
+// alpha scales the product (anGPT's constant output factors ride on the GEMM).
 template <class T>
 void linear_forward(T* Y, const T* X, const T* W, std::int64_t N, std::int64_t in, std::int64_t out,
-                    bool accumulate = false) {
-  gemm<T, Eigen::RowMajor, Eigen::ColMajor>(N, out, in, X, in, W, in, Y, out, accumulate);
+                    bool accumulate = false, T alpha = T(1)) {
+  gemm<T, Eigen::RowMajor, Eigen::ColMajor>(N, out, in, X, in, W, in, Y, out, accumulate, alpha);
 }
 
-// dX(N,in) = dY(N,out) W(out,in);  dW(out,in) += dYᵀ X  (dYᵀ: dY read column-major)
+// dX(N,in) = alpha dY(N,out) W(out,in);  dW(out,in) += alpha dYᵀ X  (dYᵀ: dY read column-major);
+// the backward of linear_forward with the same alpha.
 template <class T>
 void linear_backward(T* dX, T* dW, const T* dY, const T* X, const T* W, std::int64_t N, std::int64_t in,
-                     std::int64_t out) {
-  if (dX) gemm<T, Eigen::RowMajor, Eigen::RowMajor>(N, in, out, dY, out, W, in, dX, in, false);
-  if (dW) gemm<T, Eigen::ColMajor, Eigen::RowMajor>(out, in, N, dY, out, X, in, dW, in, true);
+                     std::int64_t out, T alpha = T(1)) {
+  if (dX) gemm<T, Eigen::RowMajor, Eigen::RowMajor>(N, in, out, dY, out, W, in, dX, in, false, alpha);
+  if (dW) gemm<T, Eigen::ColMajor, Eigen::RowMajor>(out, in, N, dY, out, X, in, dW, in, true, alpha);
 }
 
 // ---------------------------------------------------------------- embedding
@@ -291,6 +298,82 @@ void rope_apply(T* x, const T* cosv, const T* sinv, std::int64_t B, std::int64_t
       }
     }
   });
+}
+
+// ---------------------------------------------------------------- fused QK path (nGPT)
+// Per token row (C = H·dk) at position pos0 + t: RoPE in place on x (x keeps
+// the rotated values), then per head xh = x/‖x‖ (norm saved) and xs = xh ⊙ s.
+// One pass over the row instead of three (rope_apply, l2norm_rows_forward,
+// scale_columns), with the same arithmetic.
+template <class T>
+void rope_l2norm_scale_forward(T* x, T* xh, T* norm, T* xs, const T* s, const T* cosv, const T* sinv,
+                               std::int64_t B, std::int64_t Tn, std::int64_t H, std::int64_t dk,
+                               std::int64_t pos0 = 0) {
+  const std::int64_t C = H * dk, h = dk / 2;
+  parallel_for(B * Tn, B * Tn * C > kParallelGrain, [&](std::int64_t bt) {
+    const std::int64_t p = pos0 + bt % Tn;
+    for (std::int64_t hd = 0; hd < H; ++hd) {
+      const std::int64_t o = bt * C + hd * dk;
+      T* v = x + o;
+      for (std::int64_t i = 0; i < h; ++i) {
+        const T c = cosv[p * h + i], sn = sinv[p * h + i];
+        const T a = v[i], b = v[i + h];
+        v[i] = a * c - b * sn;
+        v[i + h] = b * c + a * sn;
+      }
+      T ss = 0;
+      for (std::int64_t c = 0; c < dk; ++c) ss += v[c] * v[c];
+      const T n = std::sqrt(ss);
+      norm[bt * H + hd] = n;
+      const T inv = T(1) / n;
+      for (std::int64_t c = 0; c < dk; ++c) {
+        xh[o + c] = v[c] * inv;
+        xs[o + c] = xh[o + c] * s[hd * dk + c];
+      }
+    }
+  });
+}
+
+// Backward of rope_l2norm_scale_forward, in place on dx (in: d xs; out: d x
+// before RoPE), with ds += c · Σ_rows dxs ⊙ xh (c: the scale's
+// re-parameterisation constant; row chunks summed in order, see
+// scaled_swiglu_backward).
+template <class T>
+void rope_l2norm_scale_backward(T* dx, T* ds, const T* xh, const T* norm, const T* s, const T* cosv,
+                                const T* sinv, std::int64_t B, std::int64_t Tn, std::int64_t H, std::int64_t dk,
+                                T c) {
+  const std::int64_t N = B * Tn, C = H * dk, h = dk / 2;
+  const std::int64_t chunks = (N + kRowChunk - 1) / kRowChunk;
+  T* part = detail::thread_scratch<T, detail::kColumnPartials>(std::size_t(chunks * C));
+  CArrayRow<T> sc(s, C);
+  parallel_for(chunks, N * C > kParallelGrain, [&](std::int64_t ch) {
+    ArrayRow<T> pc(part + ch * C, C);
+    pc.setZero();
+    for (std::int64_t i = ch * kRowChunk; i < std::min(N, (ch + 1) * kRowChunk); ++i) {
+      T* g = dx + i * C;
+      const T* y = xh + i * C;
+      ArrayRow<T> gr(g, C);
+      pc += gr * CArrayRow<T>(y, C);
+      gr *= sc;
+      const std::int64_t p = i % Tn;
+      for (std::int64_t hd = 0; hd < H; ++hd) {
+        T* gh = g + hd * dk;
+        const T* yh = y + hd * dk;
+        T dot = 0;
+        for (std::int64_t k = 0; k < dk; ++k) dot += yh[k] * gh[k];
+        const T inv = T(1) / norm[i * H + hd];
+        for (std::int64_t k = 0; k < dk; ++k) gh[k] = (gh[k] - yh[k] * dot) * inv;
+        for (std::int64_t j = 0; j < h; ++j) {  // the transpose rotation
+          const T cs = cosv[p * h + j], sn = -sinv[p * h + j];
+          const T a = gh[j], b = gh[j + h];
+          gh[j] = a * cs - b * sn;
+          gh[j + h] = b * cs + a * sn;
+        }
+      }
+    }
+  });
+  ArrayRow<T> out(ds, C);
+  for (std::int64_t ch = 0; ch < chunks; ++ch) out += c * CArrayRow<T>(part + ch * C, C);
 }
 
 // ---------------------------------------------------------------- causal attention
@@ -471,6 +554,50 @@ void swiglu_backward(T* duv, const T* dact, const T* uv, std::int64_t N, std::in
     du = da * g * dg;
     dg = da * u * dg * (T(1) + g * (T(1) - dg));
   });
+}
+
+// Scaled SwiGLU (nGPT): x = uv ⊙ s with s (2F) = [s_u | s_g]; act = x_u ⊙ silu(x_g).
+// One pass, the scaled pre-activation is never stored.
+template <class T>
+void scaled_swiglu_forward(T* act, const T* uv, const T* s, std::int64_t N, std::int64_t F) {
+  CArrayRow<T> su(s, F), sg(s + F, F);
+  parallel_for(N, N * F > kParallelGrain, [&](std::int64_t i) {
+    CArrayRow<T> u(uv + i * 2 * F, F), g(uv + i * 2 * F + F, F);
+    ArrayRow<T>(act + i * F, F) = (u * su) * (g * sg) / (T(1) + (-(g * sg)).exp());
+  });
+}
+
+// Backward of scaled_swiglu_forward in one pass: duv = dx ⊙ s and
+// ds += c · Σ_rows dx ⊙ uv, with dx the gradient at the scaled pre-activation
+// (c: the scale's re-parameterisation constant). Rows go in fixed chunks of
+// kRowChunk, each summed in order into its own partial, and the partials are
+// added in chunk order: contiguous row-wise work (a column-blocked walk over a
+// 2F-wide matrix misses the TLB on every row), and ds does not depend on the
+// thread count (resume must be exact).
+template <class T>
+void scaled_swiglu_backward(T* duv, T* ds, const T* dact, const T* uv, const T* s, std::int64_t N, std::int64_t F,
+                            T c) {
+  const std::int64_t chunks = (N + kRowChunk - 1) / kRowChunk;
+  T* part = detail::thread_scratch<T, detail::kColumnPartials>(std::size_t(chunks * 2 * F));
+  CArrayRow<T> su(s, F), sg(s + F, F);
+  parallel_for(chunks, N * F > kParallelGrain, [&](std::int64_t ch) {
+    ArrayRow<T> pu(part + ch * 2 * F, F), pg(part + ch * 2 * F + F, F);
+    pu.setZero();
+    pg.setZero();
+    for (std::int64_t i = ch * kRowChunk; i < std::min(N, (ch + 1) * kRowChunk); ++i) {
+      CArrayRow<T> u(uv + i * 2 * F, F), g(uv + i * 2 * F + F, F), da(dact + i * F, F);
+      ArrayRow<T> du(duv + i * 2 * F, F), dg(duv + i * 2 * F + F, F);
+      dg = T(1) / (T(1) + (-(g * sg)).exp());                      // σ(x_g), parked in dg
+      du = da * (g * sg) * dg;                                     // d x_u = da ⊙ silu(x_g)
+      dg = da * (u * su) * dg * (T(1) + (g * sg) * (T(1) - dg));  // d x_g
+      pu += du * u;
+      pg += dg * g;
+      du *= su;
+      dg *= sg;
+    }
+  });
+  ArrayRow<T> out(ds, 2 * F);
+  for (std::int64_t ch = 0; ch < chunks; ++ch) out += c * CArrayRow<T>(part + ch * 2 * F, 2 * F);
 }
 
 // ---------------------------------------------------------------- per-column scale
