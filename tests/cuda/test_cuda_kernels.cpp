@@ -373,7 +373,7 @@ int main() {
       test_gemm(be, dt, t, rng);
       test_rmsnorm(be, dt, t, rng);
       test_residual<residual_add>(be, dt, ResidualKind::add, "residual add", t, rng);
-      test_residual<lerp>(be, dt, ResidualKind::lerp, "lerp", t, rng);
+      test_residual<normlab::lerp>(be, dt, ResidualKind::lerp, "lerp", t, rng);
       test_residual<lerp_nu>(be, dt, ResidualKind::lerp_nu, "lerp_nu", t, rng);
       test_residual<lerp_retract>(be, dt, ResidualKind::lerp_retract, "lerp_retract", t, rng);
       test_qk(be, dt, t, rng);

@@ -156,14 +156,14 @@ int main() {
     check_layout<prenorm_rms, residual_add>(be, t);
     check_layout<sphere, lerp_retract>(be, t);
     check_layout<scalar_factors, lerp_nu>(be, t);
-    check_layout<prenorm_rms, lerp>(be, t);
+    check_layout<prenorm_rms, normlab::lerp>(be, t);
 
     check_golden<cuda::GPT<cuda::f32>>(be, "gpt_small.safetensors", t);
     check_golden<cuda::NGPT<cuda::f32>>(be, "ngpt_small.safetensors", t);
 
     // float32: the golden tolerances. anGPT and gpt_alpha have no reference file.
     check_against_cpu<scalar_factors, lerp_nu, cuda::f32>(be, t, 1e-5, 5e-4, 2);
-    check_against_cpu<prenorm_rms, lerp, cuda::f32>(be, t, 1e-5, 5e-4, 2);
+    check_against_cpu<prenorm_rms, normlab::lerp, cuda::f32>(be, t, 1e-5, 5e-4, 2);
     // bf16: activations rounded to 8 bits through 2 layers. Loss within 1e-2;
     // gradients within 1e-1 (products of several bf16-rounded factors); the
     // parameters after 2 steps of lr 1e-3 move by ~2e-3 relative, so the
