@@ -65,74 +65,54 @@ struct ResidualOps<lerp_retract, T> {
     }
   };
 
+  // Eigen row maps: the norms and dots vectorize (a scalar float reduction
+  // does not, without reassociation).
   static void forward(Cache& c, T* out, const T* h, const T* f, const T* alpha, std::int64_t N,
                       std::int64_t C) {
+    cpu::CArrayRow<T> al(alpha, C);
     cpu::parallel_for(N, N * C > cpu::kParallelGrain, [&](std::int64_t i) {
-      const T* hi = h + i * C;
-      const T* fi = f + i * C;
-      T sh = 0, sf = 0;
-      for (std::int64_t j = 0; j < C; ++j) {
-        sh += hi[j] * hi[j];
-        sf += fi[j] * fi[j];
-      }
-      const T nh = std::sqrt(sh), nf = std::sqrt(sf);
+      cpu::CArrayRow<T> hi(h + i * C, C), fi(f + i * C, C);
+      cpu::ArrayRow<T> A(c.A + i * C, C), Bf(c.Bf + i * C, C), o(out + i * C, C);
+      const T nh = std::sqrt(hi.matrix().squaredNorm()), nf = std::sqrt(fi.matrix().squaredNorm());
       c.nh[i] = nh;
       c.nf[i] = nf;
-      T* A = c.A + i * C;
-      T* Bf = c.Bf + i * C;
-      T* o = out + i * C;
-      T sz = 0;
-      for (std::int64_t j = 0; j < C; ++j) {
-        A[j] = hi[j] / nh;
-        Bf[j] = fi[j] / nf;
-        o[j] = A[j] + alpha[j] * (Bf[j] - A[j]);
-        sz += o[j] * o[j];
-      }
-      const T nz = std::sqrt(sz);
+      A = hi / nh;
+      Bf = fi / nf;
+      o = A + al * (Bf - A);
+      const T nz = std::sqrt(o.matrix().squaredNorm());
       c.nz[i] = nz;
-      for (std::int64_t j = 0; j < C; ++j) o[j] /= nz;
+      o /= nz;
     });
   }
 
   // dz = (dout − out (out·dout)) / ‖z‖; dα += Σ_rows dz ⊙ (Bf − A);
   // dh = Nᵀ(A, dz ⊙ (1−α)); df = Nᵀ(Bf, dz ⊙ α). dh may alias dout.
+  // One pass over the rows: dα is summed per fixed chunk of rows and the
+  // partials added in chunk order (independent of the thread count).
   static void backward(T* dh, T* df, T* dalpha, const T* dout, const Cache& c, const T* out, const T* /*h*/,
                        const T* /*f*/, const T* alpha, std::int64_t N, std::int64_t C) {
-    cpu::parallel_for(N, N * C > cpu::kParallelGrain, [&](std::int64_t i) {
-      T d = 0;
-      for (std::int64_t j = 0; j < C; ++j) d += out[i * C + j] * dout[i * C + j];
-      c.dot[i] = d;
-    });
-    // dα first (deterministic column reduction), before dout may be overwritten.
-    cpu::column_reduce(dalpha, N, C, [&](std::int64_t i, std::int64_t j) {
-      const std::int64_t k = i * C + j;
-      return (dout[k] - out[k] * c.dot[i]) / c.nz[i] * (c.Bf[k] - c.A[k]);
-    });
-    cpu::parallel_for(N, N * C > cpu::kParallelGrain, [&](std::int64_t i) {
-      const T* o = out + i * C;
-      const T* g = dout + i * C;
-      const T* A = c.A + i * C;
-      const T* Bf = c.Bf + i * C;
-      const T inz = T(1) / c.nz[i], d = c.dot[i];
-      T sA = 0, sB = 0;
-      for (std::int64_t j = 0; j < C; ++j) {
-        const T dz = (g[j] - o[j] * d) * inz;
-        sA += A[j] * dz * (T(1) - alpha[j]);
-        sB += Bf[j] * dz * alpha[j];
-      }
-      const T inh = T(1) / c.nh[i], inf = T(1) / c.nf[i];
-      T* dhi = dh + i * C;
-      T* dfi = df + i * C;
-      for (std::int64_t j = 0; j < C; ++j) {
-        const T dz = (g[j] - o[j] * d) * inz;
-        dfi[j] = (dz * alpha[j] - Bf[j] * sB) * inf;
-        dhi[j] = (dz * (T(1) - alpha[j]) - A[j] * sA) * inh;  // last: dhi may alias g
+    const std::int64_t chunks = (N + cpu::kRowChunk - 1) / cpu::kRowChunk;
+    T* part = cpu::detail::thread_scratch<T, cpu::detail::kColumnPartials>(std::size_t(chunks * C));
+    cpu::CArrayRow<T> al(alpha, C);
+    cpu::parallel_for(chunks, N * C > cpu::kParallelGrain, [&](std::int64_t ch) {
+      cpu::ArrayRow<T> pa(part + ch * C, C);
+      pa.setZero();
+      for (std::int64_t i = ch * cpu::kRowChunk; i < std::min(N, (ch + 1) * cpu::kRowChunk); ++i) {
+        cpu::CArrayRow<T> o(out + i * C, C), g(dout + i * C, C), A(c.A + i * C, C), Bf(c.Bf + i * C, C);
+        cpu::ArrayRow<T> dz(df + i * C, C), dhi(dh + i * C, C);  // dz parked in df
+        const T d = o.matrix().dot(g.matrix());
+        dz = (g - o * d) / c.nz[i];  // g is not read after this line (dh may alias it)
+        pa += dz * (Bf - A);
+        const T sA = (A * dz * (T(1) - al)).sum(), sB = (Bf * dz * al).sum();
+        dhi = (dz * (T(1) - al) - A * sA) / c.nh[i];
+        dz = (dz * al - Bf * sB) / c.nf[i];
       }
     });
+    cpu::ArrayRow<T> da(dalpha, C);
+    for (std::int64_t ch = 0; ch < chunks; ++ch) da += cpu::CArrayRow<T>(part + ch * C, C);
   }
 };
 
-// Plain (unretracted) LERP with a learned step: lets α be put on a pre-norm GPT.
 template <class T>
 struct ResidualOps<lerp, T> {
   struct Cache {
@@ -168,31 +148,44 @@ struct ResidualOps<lerp_nu, T> {
     void bind(Arena<T>&, std::int64_t, std::int64_t) {}
   };
   static T nu(T a) { return T(1) / std::sqrt((T(1) - a) * (T(1) - a) + a * a); }
+  // ν(α_j) and ν'(α_j) = −(2α − 1) ν³ once per call, then row-wise Eigen arrays.
+  static T* coefficients(const T* alpha, std::int64_t C) {
+    T* k = cpu::detail::thread_scratch<T, cpu::detail::kResidualCoef>(std::size_t(2 * C));
+    for (std::int64_t j = 0; j < C; ++j) {
+      const T v = nu(alpha[j]);
+      k[j] = v;
+      k[C + j] = -(T(2) * alpha[j] - T(1)) * v * v * v;
+    }
+    return k;
+  }
   static void forward(Cache&, T* out, const T* h, const T* f, const T* alpha, std::int64_t N, std::int64_t C) {
+    const T* k = coefficients(alpha, C);
+    cpu::CArrayRow<T> al(alpha, C), v(k, C);
     cpu::parallel_for(N, N * C > cpu::kParallelGrain, [&](std::int64_t i) {
-      for (std::int64_t j = 0; j < C; ++j) {
-        const std::int64_t k = i * C + j;
-        out[k] = nu(alpha[j]) * (h[k] + alpha[j] * (f[k] - h[k]));
-      }
+      cpu::CArrayRow<T> hi(h + i * C, C), fi(f + i * C, C);
+      cpu::ArrayRow<T>(out + i * C, C) = v * (hi + al * (fi - hi));
     });
   }
-  // dν/dα = −(2α − 1) ν³
+  // dα += Σ_rows dout ⊙ (ν (f − h) + ν' z), z = h + α(f − h); df = dout ν α; dh = dout ν (1 − α).
+  // One pass; dα summed per fixed chunk of rows, partials added in chunk order. dh may alias dout.
   static void backward(T* dh, T* df, T* dalpha, const T* dout, const Cache&, const T* /*out*/, const T* h,
                        const T* f, const T* alpha, std::int64_t N, std::int64_t C) {
-    cpu::column_reduce(dalpha, N, C, [&](std::int64_t i, std::int64_t j) {
-      const std::int64_t k = i * C + j;
-      const T a = alpha[j], v = nu(a), dv = -(T(2) * a - T(1)) * v * v * v;
-      const T z = h[k] + a * (f[k] - h[k]);
-      return dout[k] * (v * (f[k] - h[k]) + dv * z);
-    });
-    cpu::parallel_for(N, N * C > cpu::kParallelGrain, [&](std::int64_t i) {
-      for (std::int64_t j = 0; j < C; ++j) {
-        const std::int64_t k = i * C + j;
-        const T g = dout[k] * nu(alpha[j]);
-        df[k] = g * alpha[j];
-        dh[k] = g * (T(1) - alpha[j]);
+    const T* k = coefficients(alpha, C);
+    cpu::CArrayRow<T> al(alpha, C), v(k, C), dv(k + C, C);
+    const std::int64_t chunks = (N + cpu::kRowChunk - 1) / cpu::kRowChunk;
+    T* part = cpu::detail::thread_scratch<T, cpu::detail::kColumnPartials>(std::size_t(chunks * C));
+    cpu::parallel_for(chunks, N * C > cpu::kParallelGrain, [&](std::int64_t ch) {
+      cpu::ArrayRow<T> pa(part + ch * C, C);
+      pa.setZero();
+      for (std::int64_t i = ch * cpu::kRowChunk; i < std::min(N, (ch + 1) * cpu::kRowChunk); ++i) {
+        cpu::CArrayRow<T> g(dout + i * C, C), hi(h + i * C, C), fi(f + i * C, C);
+        pa += g * (v * (fi - hi) + dv * (hi + al * (fi - hi)));
+        cpu::ArrayRow<T>(df + i * C, C) = g * v * al;
+        cpu::ArrayRow<T>(dh + i * C, C) = g * v * (T(1) - al);  // last: dh may alias dout
       }
     });
+    cpu::ArrayRow<T> da(dalpha, C);
+    for (std::int64_t ch = 0; ch < chunks; ++ch) da += cpu::CArrayRow<T>(part + ch * C, C);
   }
 };
 

@@ -97,9 +97,21 @@ class AdamW {
 
 // Global L2 norm of every gradient (accumulated in double).
 template <class T>
+// Fixed chunks summed in parallel, then added in chunk order: the same bits
+// for any thread count (resume must be exact).
 double global_grad_norm(const ParamStore<T>& store) {
+  constexpr std::int64_t kChunk = 1 << 16;
+  const T* g = store.grad();
+  const std::int64_t n = static_cast<std::int64_t>(store.size());
+  const std::int64_t chunks = (n + kChunk - 1) / kChunk;
+  double* part = cpu::detail::thread_scratch<double, cpu::detail::kNormPartials>(std::size_t(chunks));
+  cpu::parallel_for(chunks, chunks > 1, [&](std::int64_t c) {
+    double ss = 0;
+    for (std::int64_t i = c * kChunk; i < std::min(n, (c + 1) * kChunk); ++i) ss += double(g[i]) * double(g[i]);
+    part[c] = ss;
+  });
   double ss = 0;
-  for (T g : store.grads()) ss += double(g) * double(g);
+  for (std::int64_t c = 0; c < chunks; ++c) ss += part[c];
   return std::sqrt(ss);
 }
 
@@ -110,8 +122,11 @@ double clip_grad_norm(ParamStore<T>& store, double max_norm) {
   const double norm = global_grad_norm(store);
   if (max_norm > 0) {
     const double coef = std::min(1.0, max_norm / (norm + 1e-6));
-    if (coef < 1.0)
-      for (T& g : store.grads()) g *= T(coef);
+    if (coef < 1.0) {
+      T* g = store.grad();
+      const std::int64_t n = static_cast<std::int64_t>(store.size());
+      cpu::parallel_for(n, n > cpu::kParallelGrain, [&](std::int64_t i) { g[i] *= T(coef); });
+    }
   }
   return norm;
 }

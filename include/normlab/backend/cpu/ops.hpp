@@ -96,7 +96,7 @@ namespace detail {
 // its temporary storage costs no allocation (a steady-state step allocates
 // nothing; tests/test_noalloc.cpp). Each (type, slot) pair is its own buffer,
 // so a kernel may use one slot while a GEMM it calls uses another.
-enum ScratchSlot : int { kGemmPack = 0, kAttention = 1, kRowLoss = 2, kColumnPartials = 3 };
+enum ScratchSlot : int { kGemmPack = 0, kAttention = 1, kRowLoss = 2, kColumnPartials = 3, kNormPartials = 4, kResidualCoef = 5 };
 template <class T, int Slot>
 T* thread_scratch(std::size_t n) {
   thread_local std::vector<T, Eigen::aligned_allocator<T>> buf;
@@ -194,14 +194,20 @@ void embedding_forward(T* out, const std::int64_t* idx, const T* wte, std::int64
   parallel_for(N, N * C > kParallelGrain, [&](std::int64_t i) { std::copy_n(wte + idx[i] * C, C, out + i * C); });
 }
 
-// dwte[idx] += dout. Sequential over tokens: repeated tokens must add in a fixed order.
+// dwte[idx] += dout. Repeated tokens must add in a fixed order: threads split
+// the columns, and each walks the tokens in order (the same bits as serial).
 template <class T>
 void embedding_backward(T* dwte, const std::int64_t* idx, const T* dout, std::int64_t N, std::int64_t C) {
-  for (std::int64_t i = 0; i < N; ++i) {
-    T* row = dwte + idx[i] * C;
-    const T* g = dout + i * C;
-    for (std::int64_t c = 0; c < C; ++c) row[c] += g[c];
-  }
+  constexpr std::int64_t kBlock = 64;
+  const std::int64_t blocks = (C + kBlock - 1) / kBlock;
+  parallel_for(blocks, N * C > kParallelGrain, [&](std::int64_t b) {
+    const std::int64_t c0 = b * kBlock, c1 = std::min(C, c0 + kBlock);
+    for (std::int64_t i = 0; i < N; ++i) {
+      T* row = dwte + idx[i] * C;
+      const T* g = dout + i * C;
+      for (std::int64_t c = c0; c < c1; ++c) row[c] += g[c];
+    }
+  });
 }
 
 // ---------------------------------------------------------------- RMSNorm
