@@ -11,6 +11,7 @@
 #include <omp.h>
 
 #include <random>
+#include <string>
 #include <vector>
 
 #include "normlab/normlab.hpp"
@@ -85,23 +86,26 @@ void BM_TrainStep(benchmark::State& state, StepConfig c) {
   state.counters["gflops"] = benchmark::Counter(tokens * flops_per_token * 1e-9, benchmark::Counter::kIsRate);
 }
 
+// --quick (CI): every benchmark runs once, the train steps at the reference
+// config only, so the binary is exercised end to end in seconds.
+bool g_quick = false;
+
 template <class Tag>
 void register_steps() {
   const std::string n(Tag::name);
-  benchmark::RegisterBenchmark(("BM_TrainStep/" + n + "/reference").c_str(), BM_TrainStep<Tag>, kReference)
-      ->Unit(benchmark::kMillisecond)
-      ->UseRealTime()
-      ->MinTime(2.0);
-  benchmark::RegisterBenchmark(("BM_TrainStep/" + n + "/larger").c_str(), BM_TrainStep<Tag>, kLarger)
-      ->Unit(benchmark::kMillisecond)
-      ->UseRealTime()
-      ->MinTime(2.0);
-  // The thread-scaling figure: the reference step on one thread.
-  benchmark::RegisterBenchmark(("BM_TrainStep/" + n + "/reference_1thread").c_str(), BM_TrainStep<Tag>,
-                               kReferenceOneThread)
-      ->Unit(benchmark::kMillisecond)
-      ->UseRealTime()
-      ->MinTime(2.0);
+  auto add = [&](const std::string& name, StepConfig c) {
+    auto* b = benchmark::RegisterBenchmark(("BM_TrainStep/" + n + "/" + name).c_str(), BM_TrainStep<Tag>, c)
+                  ->Unit(benchmark::kMillisecond)
+                  ->UseRealTime();
+    if (g_quick)
+      b->Iterations(1);
+    else
+      b->MinTime(2.0);
+  };
+  add("reference", kReference);
+  if (g_quick) return;
+  add("larger", kLarger);
+  add("reference_1thread", kReferenceOneThread);  // the thread-scaling figure
 }
 
 // ---------------------------------------------------------------- ceiling and kernels
@@ -293,9 +297,18 @@ BENCHMARK(BM_AdamWConstraint)->UseRealTime();
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::vector<char*> args(argv, argv + argc);
+  static char quick_time[] = "--benchmark_min_time=0.001";
+  for (auto it = args.begin() + 1; it != args.end(); ++it)
+    if (std::string(*it) == "--quick") {
+      g_quick = true;
+      *it = quick_time;
+      break;
+    }
   std::apply([](auto... tags) { (register_steps<decltype(tags)>(), ...); }, all_variants{});
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  int n = static_cast<int>(args.size());
+  benchmark::Initialize(&n, args.data());
+  if (benchmark::ReportUnrecognizedArguments(n, args.data())) return 1;
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;
