@@ -54,14 +54,12 @@ struct ResidualOps<lerp_retract, T> {
     T* nh = nullptr;   // (N) ‖h‖
     T* nf = nullptr;   // (N) ‖f‖
     T* nz = nullptr;   // (N) ‖z‖
-    T* dot = nullptr;  // (N) backward scratch: out·dout
     void bind(Arena<T>& a, std::int64_t N, std::int64_t C) {
       A = a.take(N * C);
       Bf = a.take(N * C);
       nh = a.take(N);
       nf = a.take(N);
       nz = a.take(N);
-      dot = a.take(N);
     }
   };
 
@@ -87,29 +85,20 @@ struct ResidualOps<lerp_retract, T> {
 
   // dz = (dout − out (out·dout)) / ‖z‖; dα += Σ_rows dz ⊙ (Bf − A);
   // dh = Nᵀ(A, dz ⊙ (1−α)); df = Nᵀ(Bf, dz ⊙ α). dh may alias dout.
-  // One pass over the rows: dα is summed per fixed chunk of rows and the
-  // partials added in chunk order (independent of the thread count).
+  // One pass over the rows; dα through cpu::row_chunk_reduce (independent of the thread count).
   static void backward(T* dh, T* df, T* dalpha, const T* dout, const Cache& c, const T* out, const T* /*h*/,
                        const T* /*f*/, const T* alpha, std::int64_t N, std::int64_t C) {
-    const std::int64_t chunks = (N + cpu::kRowChunk - 1) / cpu::kRowChunk;
-    T* part = cpu::detail::thread_scratch<T, cpu::detail::kColumnPartials>(std::size_t(chunks * C));
     cpu::CArrayRow<T> al(alpha, C);
-    cpu::parallel_for(chunks, N * C > cpu::kParallelGrain, [&](std::int64_t ch) {
-      cpu::ArrayRow<T> pa(part + ch * C, C);
-      pa.setZero();
-      for (std::int64_t i = ch * cpu::kRowChunk; i < std::min(N, (ch + 1) * cpu::kRowChunk); ++i) {
-        cpu::CArrayRow<T> o(out + i * C, C), g(dout + i * C, C), A(c.A + i * C, C), Bf(c.Bf + i * C, C);
-        cpu::ArrayRow<T> dz(df + i * C, C), dhi(dh + i * C, C);  // dz parked in df
-        const T d = o.matrix().dot(g.matrix());
-        dz = (g - o * d) / c.nz[i];  // g is not read after this line (dh may alias it)
-        pa += dz * (Bf - A);
-        const T sA = (A * dz * (T(1) - al)).sum(), sB = (Bf * dz * al).sum();
-        dhi = (dz * (T(1) - al) - A * sA) / c.nh[i];
-        dz = (dz * al - Bf * sB) / c.nf[i];
-      }
+    cpu::row_chunk_reduce(dalpha, N, C, N * C > cpu::kParallelGrain, [&](std::int64_t i, cpu::ArrayRow<T>& pa) {
+      cpu::CArrayRow<T> o(out + i * C, C), g(dout + i * C, C), A(c.A + i * C, C), Bf(c.Bf + i * C, C);
+      cpu::ArrayRow<T> dz(df + i * C, C), dhi(dh + i * C, C);  // dz parked in df
+      const T d = o.matrix().dot(g.matrix());
+      dz = (g - o * d) / c.nz[i];  // g is not read after this line (dh may alias it)
+      pa += dz * (Bf - A);
+      const T sA = (A * dz * (T(1) - al)).sum(), sB = (Bf * dz * al).sum();
+      dhi = (dz * (T(1) - al) - A * sA) / c.nh[i];
+      dz = (dz * al - Bf * sB) / c.nf[i];
     });
-    cpu::ArrayRow<T> da(dalpha, C);
-    for (std::int64_t ch = 0; ch < chunks; ++ch) da += cpu::CArrayRow<T>(part + ch * C, C);
   }
 };
 
@@ -167,25 +156,17 @@ struct ResidualOps<lerp_nu, T> {
     });
   }
   // dα += Σ_rows dout ⊙ (ν (f − h) + ν' z), z = h + α(f − h); df = dout ν α; dh = dout ν (1 − α).
-  // One pass; dα summed per fixed chunk of rows, partials added in chunk order. dh may alias dout.
+  // One pass; dα through cpu::row_chunk_reduce. dh may alias dout.
   static void backward(T* dh, T* df, T* dalpha, const T* dout, const Cache&, const T* /*out*/, const T* h,
                        const T* f, const T* alpha, std::int64_t N, std::int64_t C) {
     const T* k = coefficients(alpha, C);
     cpu::CArrayRow<T> al(alpha, C), v(k, C), dv(k + C, C);
-    const std::int64_t chunks = (N + cpu::kRowChunk - 1) / cpu::kRowChunk;
-    T* part = cpu::detail::thread_scratch<T, cpu::detail::kColumnPartials>(std::size_t(chunks * C));
-    cpu::parallel_for(chunks, N * C > cpu::kParallelGrain, [&](std::int64_t ch) {
-      cpu::ArrayRow<T> pa(part + ch * C, C);
-      pa.setZero();
-      for (std::int64_t i = ch * cpu::kRowChunk; i < std::min(N, (ch + 1) * cpu::kRowChunk); ++i) {
-        cpu::CArrayRow<T> g(dout + i * C, C), hi(h + i * C, C), fi(f + i * C, C);
-        pa += g * (v * (fi - hi) + dv * (hi + al * (fi - hi)));
-        cpu::ArrayRow<T>(df + i * C, C) = g * v * al;
-        cpu::ArrayRow<T>(dh + i * C, C) = g * v * (T(1) - al);  // last: dh may alias dout
-      }
+    cpu::row_chunk_reduce(dalpha, N, C, N * C > cpu::kParallelGrain, [&](std::int64_t i, cpu::ArrayRow<T>& pa) {
+      cpu::CArrayRow<T> g(dout + i * C, C), hi(h + i * C, C), fi(f + i * C, C);
+      pa += g * (v * (fi - hi) + dv * (hi + al * (fi - hi)));
+      cpu::ArrayRow<T>(df + i * C, C) = g * v * al;
+      cpu::ArrayRow<T>(dh + i * C, C) = g * v * (T(1) - al);  // last: dh may alias dout
     });
-    cpu::ArrayRow<T> da(dalpha, C);
-    for (std::int64_t ch = 0; ch < chunks; ++ch) da += cpu::CArrayRow<T>(part + ch * C, C);
   }
 };
 

@@ -169,6 +169,25 @@ void gemm(std::int64_t M, std::int64_t N, std::int64_t K, const T* A, std::int64
   }
 }
 
+// out(L) += scale · Σ_rows, with body(i, partial) adding row i's terms into
+// `partial` (an L-long row). Rows go in fixed chunks of kRowChunk, each summed
+// in order into its own partial, and the partials are added in chunk order:
+// contiguous row-wise work, and a result that does not depend on the thread
+// count (resume must be exact). The fused kernels that also reduce into a
+// parameter gradient go through here.
+template <class T, class Body>
+void row_chunk_reduce(T* out, std::int64_t N, std::int64_t L, bool parallel, Body&& body, T scale = T(1)) {
+  const std::int64_t chunks = (N + kRowChunk - 1) / kRowChunk;
+  T* part = detail::thread_scratch<T, detail::kColumnPartials>(std::size_t(chunks * L));
+  parallel_for(chunks, parallel, [&](std::int64_t ch) {
+    ArrayRow<T> partial(part + ch * L, L);
+    partial.setZero();
+    for (std::int64_t i = ch * kRowChunk; i < std::min(N, (ch + 1) * kRowChunk); ++i) body(i, partial);
+  });
+  ArrayRow<T> o(out, L);
+  for (std::int64_t ch = 0; ch < chunks; ++ch) o += scale * CArrayRow<T>(part + ch * L, L);
+}
+
 // ---------------------------------------------------------------- GEMMs
 // Y(N,out) = X(N,in) Wᵀ  (or += when accumulate). Wᵀ is W read column-major: no transposed copy.
 // alpha scales the product (anGPT's constant output factors ride on the GEMM).
@@ -285,6 +304,18 @@ void rope_table(T* cosv, T* sinv, std::int64_t Tn, std::int64_t dk, double base 
     }
 }
 
+// One head's vector v (2h) rotated in place by the angles of one position:
+// pairs (i, i+h); sgn = −1 applies the transpose rotation (the backward).
+template <class T>
+inline void rotate_half(T* v, const T* cosp, const T* sinp, std::int64_t h, T sgn) {
+  for (std::int64_t i = 0; i < h; ++i) {
+    const T c = cosp[i], s = sgn * sinp[i];
+    const T a = v[i], b = v[i + h];
+    v[i] = a * c - b * s;
+    v[i + h] = b * c + a * s;
+  }
+}
+
 // In place on x (B,T,H,dk), positions pos0 … pos0+T−1. inverse=true applies the
 // transpose rotation (the backward).
 template <class T>
@@ -295,13 +326,7 @@ void rope_apply(T* x, const T* cosv, const T* sinv, std::int64_t B, std::int64_t
   parallel_for(B * Tn, B * Tn * H * dk > kParallelGrain, [&](std::int64_t bt) {
     const std::int64_t p = pos0 + bt % Tn;  // pos0: first position (incremental decoding)
     for (std::int64_t hd = 0; hd < H; ++hd) {
-      T* v = x + (bt * H + hd) * dk;
-      for (std::int64_t i = 0; i < h; ++i) {
-        const T c = cosv[p * h + i], s = sgn * sinv[p * h + i];
-        const T a = v[i], b = v[i + h];
-        v[i] = a * c - b * s;
-        v[i + h] = b * c + a * s;
-      }
+      rotate_half(x + (bt * H + hd) * dk, cosv + p * h, sinv + p * h, h, sgn);
     }
   });
 }
@@ -321,12 +346,7 @@ void rope_l2norm_scale_forward(T* x, T* xh, T* norm, T* xs, const T* s, const T*
     for (std::int64_t hd = 0; hd < H; ++hd) {
       const std::int64_t o = bt * C + hd * dk;
       T* v = x + o;
-      for (std::int64_t i = 0; i < h; ++i) {
-        const T c = cosv[p * h + i], sn = sinv[p * h + i];
-        const T a = v[i], b = v[i + h];
-        v[i] = a * c - b * sn;
-        v[i + h] = b * c + a * sn;
-      }
+      rotate_half(v, cosv + p * h, sinv + p * h, h, T(1));
       T ss = 0;
       for (std::int64_t c = 0; c < dk; ++c) ss += v[c] * v[c];
       const T n = std::sqrt(ss);
@@ -342,44 +362,30 @@ void rope_l2norm_scale_forward(T* x, T* xh, T* norm, T* xs, const T* s, const T*
 
 // Backward of rope_l2norm_scale_forward, in place on dx (in: d xs; out: d x
 // before RoPE), with ds += c · Σ_rows dxs ⊙ xh (c: the scale's
-// re-parameterisation constant; row chunks summed in order, see
-// scaled_swiglu_backward).
+// re-parameterisation constant; summed by row_chunk_reduce).
 template <class T>
 void rope_l2norm_scale_backward(T* dx, T* ds, const T* xh, const T* norm, const T* s, const T* cosv,
                                 const T* sinv, std::int64_t B, std::int64_t Tn, std::int64_t H, std::int64_t dk,
                                 T c) {
   const std::int64_t N = B * Tn, C = H * dk, h = dk / 2;
-  const std::int64_t chunks = (N + kRowChunk - 1) / kRowChunk;
-  T* part = detail::thread_scratch<T, detail::kColumnPartials>(std::size_t(chunks * C));
   CArrayRow<T> sc(s, C);
-  parallel_for(chunks, N * C > kParallelGrain, [&](std::int64_t ch) {
-    ArrayRow<T> pc(part + ch * C, C);
-    pc.setZero();
-    for (std::int64_t i = ch * kRowChunk; i < std::min(N, (ch + 1) * kRowChunk); ++i) {
-      T* g = dx + i * C;
-      const T* y = xh + i * C;
-      ArrayRow<T> gr(g, C);
-      pc += gr * CArrayRow<T>(y, C);
-      gr *= sc;
-      const std::int64_t p = i % Tn;
-      for (std::int64_t hd = 0; hd < H; ++hd) {
-        T* gh = g + hd * dk;
-        const T* yh = y + hd * dk;
-        T dot = 0;
-        for (std::int64_t k = 0; k < dk; ++k) dot += yh[k] * gh[k];
-        const T inv = T(1) / norm[i * H + hd];
-        for (std::int64_t k = 0; k < dk; ++k) gh[k] = (gh[k] - yh[k] * dot) * inv;
-        for (std::int64_t j = 0; j < h; ++j) {  // the transpose rotation
-          const T cs = cosv[p * h + j], sn = -sinv[p * h + j];
-          const T a = gh[j], b = gh[j + h];
-          gh[j] = a * cs - b * sn;
-          gh[j + h] = b * cs + a * sn;
-        }
-      }
+  row_chunk_reduce(ds, N, C, N * C > kParallelGrain, [&](std::int64_t i, ArrayRow<T>& partial) {
+    T* g = dx + i * C;
+    const T* y = xh + i * C;
+    ArrayRow<T> gr(g, C);
+    partial += gr * CArrayRow<T>(y, C);
+    gr *= sc;
+    const std::int64_t p = i % Tn;
+    for (std::int64_t hd = 0; hd < H; ++hd) {
+      T* gh = g + hd * dk;
+      const T* yh = y + hd * dk;
+      T dot = 0;
+      for (std::int64_t k = 0; k < dk; ++k) dot += yh[k] * gh[k];
+      const T inv = T(1) / norm[i * H + hd];
+      for (std::int64_t k = 0; k < dk; ++k) gh[k] = (gh[k] - yh[k] * dot) * inv;
+      rotate_half(gh, cosv + p * h, sinv + p * h, h, T(-1));
     }
-  });
-  ArrayRow<T> out(ds, C);
-  for (std::int64_t ch = 0; ch < chunks; ++ch) out += c * CArrayRow<T>(part + ch * C, C);
+  }, c);
 }
 
 // ---------------------------------------------------------------- causal attention
@@ -575,35 +581,24 @@ void scaled_swiglu_forward(T* act, const T* uv, const T* s, std::int64_t N, std:
 
 // Backward of scaled_swiglu_forward in one pass: duv = dx ⊙ s and
 // ds += c · Σ_rows dx ⊙ uv, with dx the gradient at the scaled pre-activation
-// (c: the scale's re-parameterisation constant). Rows go in fixed chunks of
-// kRowChunk, each summed in order into its own partial, and the partials are
-// added in chunk order: contiguous row-wise work (a column-blocked walk over a
-// 2F-wide matrix misses the TLB on every row), and ds does not depend on the
-// thread count (resume must be exact).
+// (c: the scale's re-parameterisation constant). The s_uv sum goes by row
+// chunks (row_chunk_reduce): a column-blocked walk over a 2F-wide matrix
+// misses the TLB on every row.
 template <class T>
 void scaled_swiglu_backward(T* duv, T* ds, const T* dact, const T* uv, const T* s, std::int64_t N, std::int64_t F,
                             T c) {
-  const std::int64_t chunks = (N + kRowChunk - 1) / kRowChunk;
-  T* part = detail::thread_scratch<T, detail::kColumnPartials>(std::size_t(chunks * 2 * F));
   CArrayRow<T> su(s, F), sg(s + F, F);
-  parallel_for(chunks, N * F > kParallelGrain, [&](std::int64_t ch) {
-    ArrayRow<T> pu(part + ch * 2 * F, F), pg(part + ch * 2 * F + F, F);
-    pu.setZero();
-    pg.setZero();
-    for (std::int64_t i = ch * kRowChunk; i < std::min(N, (ch + 1) * kRowChunk); ++i) {
-      CArrayRow<T> u(uv + i * 2 * F, F), g(uv + i * 2 * F + F, F), da(dact + i * F, F);
-      ArrayRow<T> du(duv + i * 2 * F, F), dg(duv + i * 2 * F + F, F);
-      dg = T(1) / (T(1) + (-(g * sg)).exp());                      // σ(x_g), parked in dg
-      du = da * (g * sg) * dg;                                     // d x_u = da ⊙ silu(x_g)
-      dg = da * (u * su) * dg * (T(1) + (g * sg) * (T(1) - dg));  // d x_g
-      pu += du * u;
-      pg += dg * g;
-      du *= su;
-      dg *= sg;
-    }
-  });
-  ArrayRow<T> out(ds, 2 * F);
-  for (std::int64_t ch = 0; ch < chunks; ++ch) out += c * CArrayRow<T>(part + ch * 2 * F, 2 * F);
+  row_chunk_reduce(ds, N, 2 * F, N * F > kParallelGrain, [&](std::int64_t i, ArrayRow<T>& partial) {
+    CArrayRow<T> u(uv + i * 2 * F, F), g(uv + i * 2 * F + F, F), da(dact + i * F, F);
+    ArrayRow<T> du(duv + i * 2 * F, F), dg(duv + i * 2 * F + F, F);
+    dg = T(1) / (T(1) + (-(g * sg)).exp());                      // σ(x_g), parked in dg
+    du = da * (g * sg) * dg;                                     // d x_u = da ⊙ silu(x_g)
+    dg = da * (u * su) * dg * (T(1) + (g * sg) * (T(1) - dg));  // d x_g
+    partial.head(F) += du * u;
+    partial.tail(F) += dg * g;
+    du *= su;
+    dg *= sg;
+  }, c);
 }
 
 // ---------------------------------------------------------------- per-column scale
