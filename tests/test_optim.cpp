@@ -53,7 +53,7 @@ TEST_CASE("optim: parameter groups have their own lr multiplier, decay and epsil
   AdamW<double> opt(s, {});
   opt.group(ParamRole::gain).lr_mult = 0.0;  // frozen group
   opt.group(ParamRole::matrix).eps = 0.1;
-  const std::vector<double> before = s.values();
+  const auto before = s.values();
   std::fill(s.grads().begin(), s.grads().end(), 1.0);
   opt.step(s, 0.01);
   for (std::size_t i = 4; i < 7; ++i) CHECK(s.values()[i] == before[i]);

@@ -26,6 +26,13 @@ inline int skip_without_device(const char* what) {
   return kSkip;
 }
 
+// The CPU oracle's buffers (parameters, optimizer moments) are 64-byte-aligned
+// vectors; the harness compares plain ones.
+template <class Vec>
+std::vector<double> plain(const Vec& v) {
+  return std::vector<double>(v.begin(), v.end());
+}
+
 struct Tally {
   int checks = 0, failures = 0;
   // ‖got − ref‖₂ / ‖ref‖₂ (absolute when ref is all zeros) against tol; NaN fails.

@@ -80,8 +80,7 @@ void check_against_cpu(cuda::Backend& be, Tally& t, double tol_values, double to
   cuda::Transformer<Scheme, Residual, S> gpu(be, mc, B, T);
   std::vector<float> p32(cpu.params().values().begin(), cpu.params().values().end());
   gpu.set_params(p32);
-  std::vector<double> as_double(p32.begin(), p32.end());
-  cpu.params().values() = as_double;  // the CPU model starts from the float32-rounded values
+  std::copy(p32.begin(), p32.end(), cpu.params().values().begin());  // the CPU model starts from the float32-rounded values
   AdamWConfig oc;
   oc.weight_decay = 0.1;
   AdamW<double> opt(cpu.params(), oc);

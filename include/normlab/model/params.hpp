@@ -72,7 +72,7 @@ class ParamStore {
     scratch_.assign(widest, T(0));
   }
   // One row/column's worth of scratch (the widest dimension), for in-place passes.
-  std::vector<T>& scratch() { return scratch_; }
+  aligned_vector<T>& scratch() { return scratch_; }
 
   const std::vector<ParamSpec>& specs() const { return specs_; }
   const ParamSpec& spec(const std::string& name) const {
@@ -90,10 +90,10 @@ class ParamStore {
   const T* value(std::size_t offset = 0) const { return value_.data() + offset; }
   T* grad(std::size_t offset = 0) { return grad_.data() + offset; }
   const T* grad(std::size_t offset = 0) const { return grad_.data() + offset; }
-  std::vector<T>& values() { return value_; }
-  const std::vector<T>& values() const { return value_; }
-  std::vector<T>& grads() { return grad_; }
-  const std::vector<T>& grads() const { return grad_; }
+  aligned_vector<T>& values() { return value_; }
+  const aligned_vector<T>& values() const { return value_; }
+  aligned_vector<T>& grads() { return grad_; }
+  const aligned_vector<T>& grads() const { return grad_; }
   void zero_grad() {  // in parallel chunks: 4M gradients are a memory-bound pass worth two cores
     constexpr std::int64_t kChunk = 1 << 16;
     const std::int64_t n = static_cast<std::int64_t>(grad_.size());
@@ -104,7 +104,7 @@ class ParamStore {
 
  private:
   std::vector<ParamSpec> specs_;
-  std::vector<T> value_, grad_, scratch_;
+  aligned_vector<T> value_, grad_, scratch_;
   std::size_t total_ = 0;
 };
 

@@ -140,8 +140,8 @@ class Transformer {
   // Keys and values of every layer for incremental decoding: (L, max_seq, C) each,
   // keys as attention sees them (after RoPE and the scheme's QK transform).
   struct KVCache {
-    std::vector<T> k, v;
-    std::vector<T> scratch;  // (max_seq) attention weights
+    aligned_vector<T> k, v;
+    aligned_vector<T> scratch;  // (max_seq) attention weights
     std::int64_t length = 0;  // positions filled
   };
   KVCache make_kv_cache() const {
@@ -595,7 +595,7 @@ class Transformer {
   std::vector<LayerOffsets> layers_;
   Arena<T> arena_;
   std::vector<LayerActs> acts_;
-  std::vector<T> rope_cos_, rope_sin_;  // (maxT, D/2)
+  aligned_vector<T> rope_cos_, rope_sin_;  // (maxT, D/2)
   T* h_final_ = nullptr;    // (N,C) residual stream after the last block
   T* hf_norm_ = nullptr;    // (N,C) final RMSNorm
   T* rstd_f_ = nullptr;     // (N)

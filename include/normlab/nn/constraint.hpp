@@ -23,7 +23,7 @@ T constrained_factor(T norm, WeightConstraint mode) {
 template <class T>
 void apply_weight_constraint(ParamStore<T>& store, WeightConstraint mode) {
   if (mode == WeightConstraint::none) return;
-  std::vector<T>& scratch = store.scratch();  // sized once: no allocation per step
+  auto& scratch = store.scratch();  // sized once: no allocation per step
   for (const ParamSpec& s : store.specs()) {
     if (s.axis == NormAxis::none) continue;
     T* W = store.value(s.offset);

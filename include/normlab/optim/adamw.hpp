@@ -43,10 +43,10 @@ class AdamW {
   GroupSettings& group(ParamRole r) { return groups_[static_cast<int>(r)]; }
   const GroupSettings& group(ParamRole r) const { return groups_[static_cast<int>(r)]; }
   std::int64_t steps_taken() const { return t_; }
-  std::vector<T>& exp_avg() { return m_; }
-  std::vector<T>& exp_avg_sq() { return v_; }
-  const std::vector<T>& exp_avg() const { return m_; }
-  const std::vector<T>& exp_avg_sq() const { return v_; }
+  aligned_vector<T>& exp_avg() { return m_; }
+  aligned_vector<T>& exp_avg_sq() { return v_; }
+  const aligned_vector<T>& exp_avg() const { return m_; }
+  const aligned_vector<T>& exp_avg_sq() const { return v_; }
   void set_steps_taken(std::int64_t t) { t_ = t; }
 
   // One update of every parameter in `store` with the gradients it holds.
@@ -91,7 +91,7 @@ class AdamW {
  private:
   AdamWConfig cfg_;
   std::array<GroupSettings, kParamRoles> groups_{};
-  std::vector<T> m_, v_;
+  aligned_vector<T> m_, v_;
   std::int64_t t_ = 0;
 };
 

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "normlab/core/aligned.hpp"
 #include "normlab/core/error.hpp"
 
 namespace normlab {
@@ -86,7 +87,7 @@ class Arena {
     constexpr std::size_t k = 64 / sizeof(T) > 0 ? 64 / sizeof(T) : 1;
     return (n + k - 1) / k * k;
   }
-  std::vector<T> buf_;
+  aligned_vector<T> buf_;
   std::size_t used_ = 0;
   bool counting_ = true;
 };

@@ -18,8 +18,8 @@ namespace normlab {
 
 // d loss / d x[e] by central differences for each entry index e; x is restored.
 // Step h = 1e-6: truncation O(h²) ≈ 1e-12, rounding ≈ 1e-16/h = 1e-10 of O(1) gradients.
-template <class Loss>
-std::vector<double> central_differences(std::vector<double>& x, const std::vector<std::size_t>& entries, Loss&& loss,
+template <class Vec, class Loss>
+std::vector<double> central_differences(Vec& x, const std::vector<std::size_t>& entries, Loss&& loss,
                                         double h = 1e-6) {
   std::vector<double> g(entries.size());
   for (std::size_t n = 0; n < entries.size(); ++n) {
@@ -73,8 +73,8 @@ std::vector<TensorGradError> check_model_gradients(std::uint64_t seed, std::size
   }
   model.forward(idx.data(), tgt.data(), B, T);
   model.backward();
-  const std::vector<double> analytic = store.grads();
-  std::vector<double>& x = store.values();
+  const std::vector<double> analytic(store.grads().begin(), store.grads().end());
+  auto& x = store.values();
   auto loss = [&] { return model.forward(idx.data(), tgt.data(), B, T); };
 
   std::vector<TensorGradError> out;

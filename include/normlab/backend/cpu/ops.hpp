@@ -17,6 +17,8 @@
 #include <limits>
 #include <vector>
 
+#include "normlab/core/aligned.hpp"
+
 namespace normlab::cpu {
 
 // Below this many elements of work a parallel region costs more than it saves
@@ -99,7 +101,7 @@ namespace detail {
 enum ScratchSlot : int { kGemmPack = 0, kAttention = 1, kRowLoss = 2, kColumnPartials = 3, kNormPartials = 4, kResidualCoef = 5 };
 template <class T, int Slot>
 T* thread_scratch(std::size_t n) {
-  thread_local std::vector<T, Eigen::aligned_allocator<T>> buf;
+  thread_local aligned_vector<T> buf;
   if (buf.size() < n) buf.resize(n);
   return buf.data();
 }
