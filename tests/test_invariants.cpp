@@ -6,6 +6,9 @@
 #include <cmath>
 #include <filesystem>
 #include <memory>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #include <random>
 
 #include "normlab/normlab.hpp"
@@ -296,4 +299,41 @@ TEST_CASE("determinism: a training step gives the same bits wherever the heap pl
     INFO("heap shifted by " << k << " small blocks");
     CHECK(run(again) == reference);
   }
+}
+
+namespace {
+template <class Model>
+aligned_vector<float> steps_with_threads(int threads) {
+#ifdef _OPENMP
+  const int before = omp_get_max_threads();
+  omp_set_num_threads(threads);
+#endif
+  ModelConfig c;
+  c.vocab_size = 50;
+  c.n_embd = 192;
+  c.n_head = 3;
+  c.n_layer = 2;
+  const std::int64_t B = 4, Tn = 64;  // 256 rows × 192: every GEMM and row kernel takes its threaded path
+  Model model(c, B, Tn);
+  model.init(11);
+  AdamW<float> opt(model.params(), {});
+  std::vector<std::int64_t> idx(B * Tn), tgt(B * Tn);
+  for (int step = 0; step < 2; ++step) {
+    make_batch(idx, tgt, c.vocab_size, step);
+    train_step(model, opt, idx.data(), tgt.data(), B, Tn, 0.01, 1.0);
+  }
+#ifdef _OPENMP
+  omp_set_num_threads(before);
+#endif
+  return model.params().values();
+}
+}  // namespace
+
+TEST_CASE("determinism: one and two threads give the same bits (gpt, ngpt, angpt)", "[determinism]") {
+  // GEMM row chunks are handed out dynamically and row kernels split over
+  // threads; every sum is still taken in a fixed order, so a run resumed on a
+  // machine with another core count continues exactly.
+  CHECK(steps_with_threads<variants::gpt::model<float>>(1) == steps_with_threads<variants::gpt::model<float>>(2));
+  CHECK(steps_with_threads<variants::ngpt::model<float>>(1) == steps_with_threads<variants::ngpt::model<float>>(2));
+  CHECK(steps_with_threads<variants::angpt::model<float>>(1) == steps_with_threads<variants::angpt::model<float>>(2));
 }

@@ -98,7 +98,15 @@ namespace detail {
 // its temporary storage costs no allocation (a steady-state step allocates
 // nothing; tests/test_noalloc.cpp). Each (type, slot) pair is its own buffer,
 // so a kernel may use one slot while a GEMM it calls uses another.
-enum ScratchSlot : int { kGemmPack = 0, kAttention = 1, kRowLoss = 2, kColumnPartials = 3, kNormPartials = 4, kResidualCoef = 5 };
+enum ScratchSlot : int {
+  kGemmPack = 0,
+  kAttention = 1,
+  kRowLoss = 2,
+  kColumnPartials = 3,
+  kNormPartials = 4,
+  kResidualCoef = 5,
+  kGemmShared = 6,  // the calling thread's buffer for a GEMM operand both threads read
+};
 template <class T, int Slot>
 T* thread_scratch(std::size_t n) {
   thread_local aligned_vector<T> buf;
@@ -106,68 +114,114 @@ T* thread_scratch(std::size_t n) {
   return buf.data();
 }
 
-// Eigen's blocking object with the packing buffers supplied by the caller.
-template <class T>
-class GivenBlocking : public Eigen::internal::level3_blocking<T, T> {
- public:
-  GivenBlocking(T* a, T* b, Eigen::Index kc, Eigen::Index mc, Eigen::Index nc) {
-    this->m_blockA = a;
-    this->m_blockB = b;
-    this->m_kc = kc;
-    this->m_mc = mc;
-    this->m_nc = nc;
-  }
-};
 }  // namespace detail
 
 // C(M,N) (row-major, leading dimension ldc) = alpha·op(A)(M,K)·op(B)(K,N) + beta_one·C,
 // where A/B are read row- or column-major (LhsOrder/RhsOrder) with leading
-// dimensions lda/ldb. Eigen's GEBP kernels do the arithmetic; what is ours is
-// the packing workspace (per thread, grown once, so no heap allocation in a
-// step; Eigen's own product allocates its packing buffers on every call) and
-// the threading: rows of C are split in whole micro-panels, each thread runs
-// the sequential kernel on its rows. Inside an OpenMP region (attention's
-// per-head loops) it runs on the calling thread only.
+// dimensions lda/ldb. Eigen's packing routines and GEBP micro-kernels do the
+// arithmetic; the loop around them is ours, for three reasons:
+//  - no heap allocation: the packing buffers are grow-only scratch (Eigen's
+//    own product allocates them on every call);
+//  - the shared operand B is packed once per K-slab, by both threads together,
+//    and read by both (splitting C's rows and calling Eigen's sequential
+//    product per thread packed all of B in every thread);
+//  - C's rows go in fixed chunks handed out dynamically, each zeroed by the
+//    thread that computes it: a thread on a slower (or busier) core takes fewer
+//    chunks instead of making the other wait, and no serial zero-fill.
+// Every element of C is summed over the same K-slabs in the same order by the
+// same micro-kernel whichever thread computes its chunk, so the result has the
+// same bits for any thread count. Inside an OpenMP region (attention's
+// per-head loops) it runs on the calling thread with its own buffers.
+namespace detail {
+template <class T, int LhsOrder, int RhsOrder>
+struct GemmKernels {
+  // Eigen computes column-major results: our row-major C(M,N) is its Cᵀ(N,M) =
+  // op(B)ᵀ·op(A)ᵀ, so Eigen's lhs is our B (storage order flipped) and its rhs our A.
+  static constexpr int kLhsOrder = RhsOrder == Eigen::RowMajor ? Eigen::ColMajor : Eigen::RowMajor;
+  static constexpr int kRhsOrder = LhsOrder == Eigen::RowMajor ? Eigen::ColMajor : Eigen::RowMajor;
+  using Traits = Eigen::internal::gebp_traits<T, T>;
+  using LhsMapper = Eigen::internal::const_blas_data_mapper<T, Eigen::Index, kLhsOrder>;
+  using RhsMapper = Eigen::internal::const_blas_data_mapper<T, Eigen::Index, kRhsOrder>;
+  using ResMapper = Eigen::internal::blas_data_mapper<T, Eigen::Index, Eigen::ColMajor, Eigen::Unaligned, 1>;
+  using PackLhs = Eigen::internal::gemm_pack_lhs<T, Eigen::Index, LhsMapper, Traits::mr, Traits::LhsProgress,
+                                                 typename Traits::LhsPacket4Packing, kLhsOrder>;
+  using PackRhs = Eigen::internal::gemm_pack_rhs<T, Eigen::Index, RhsMapper, Traits::nr, kRhsOrder>;
+  using Gebp = Eigen::internal::gebp_kernel<T, T, Eigen::Index, ResMapper, Traits::mr, Traits::nr, false, false>;
+};
+}  // namespace detail
+
 template <class T, int LhsOrder, int RhsOrder>
 void gemm(std::int64_t M, std::int64_t N, std::int64_t K, const T* A, std::int64_t lda, const T* B, std::int64_t ldb,
           T* C, std::int64_t ldc, bool accumulate, T alpha = T(1)) {
   if (M <= 0 || N <= 0) return;
-  if (!accumulate)
-    for (std::int64_t i = 0; i < M; ++i) std::fill_n(C + i * ldc, N, T(0));
-  if (K <= 0) return;
-  using Product = Eigen::internal::general_matrix_matrix_product<Eigen::Index, T, LhsOrder, false, T, RhsOrder, false,
-                                                                 Eigen::RowMajor, 1>;
-  // Blocking sizes of the whole problem, for every thread's share: a row-major
-  // C is computed as the column-major Cᵀ, so Eigen's "rows" are our N.
-  Eigen::Index kc = K, mc = N, nc = M;
-  Eigen::internal::computeProductBlockingSizes<T, T>(kc, mc, nc, Eigen::Index(1));
-  const std::size_t sizeA = std::size_t(kc) * std::size_t(mc), sizeB = std::size_t(kc) * std::size_t(nc);
-  // Round each buffer up to a cache line so B's buffer stays aligned.
-  const std::size_t padA = (sizeA + 15) / 16 * 16;
-  auto run_rows = [&](std::int64_t r0, std::int64_t r1) {
-    if (r1 <= r0) return;
-    T* pack = detail::thread_scratch<T, detail::kGemmPack>(padA + sizeB);
-    detail::GivenBlocking<T> blocking(pack, pack + padA, kc, mc, nc);
-    const T* a = A + (LhsOrder == Eigen::RowMajor ? r0 * lda : r0);
-    Product::run(r1 - r0, N, K, a, lda, B, ldb, C + r0 * ldc, 1, ldc, alpha, blocking, nullptr);
-  };
-  const int threads = in_parallel() ? 1 : max_threads();
-  const double work = double(M) * double(N) * double(K);
-  if (threads == 1 || work < 1 << 18 || M < 32) {
-    run_rows(0, M);
+  using G = detail::GemmKernels<T, LhsOrder, RhsOrder>;
+  constexpr std::int64_t mr = G::Traits::mr;
+  if (K <= 0) {
+    if (!accumulate)
+      for (std::int64_t i = 0; i < M; ++i) std::fill_n(C + i * ldc, N, T(0));
     return;
   }
-  // Whole 16-row panels per thread (a multiple of the AVX-512 float micro-panel).
-  const std::int64_t panels = (M + 15) / 16;
-#pragma omp parallel num_threads(threads)
+  // Blocking of the whole problem (thread-count independent): Eigen's "rows"
+  // are our N, its "cols" our M, its depth our K.
+  Eigen::Index kc = K, mc = N, nc = M;
+  Eigen::internal::computeProductBlockingSizes<T, T>(kc, mc, nc, Eigen::Index(1));
+  mc = std::max<Eigen::Index>(mr, mc / mr * mr);  // B's row blocks start on micro-panel boundaries
+  // C's rows in chunks of a multiple of 16 (whole micro-panels), about 32 of them.
+  const std::int64_t chunk = std::clamp<std::int64_t>((M / 32 + 15) / 16 * 16, 16, 256);
+  const std::int64_t chunks = (M + chunk - 1) / chunk;
+  const std::int64_t kslabs = (K + kc - 1) / kc;
+  typename G::LhsMapper lhs(B, ldb);
+  typename G::RhsMapper rhs(A, lda);
+  typename G::ResMapper res(C, ldc);
+  // One K-slab of B, packed whole (N × kc), shared by the threads; A's chunk per thread.
+  const std::size_t sizeB = std::size_t(N) * std::size_t(kc);
+  const std::size_t sizeA = std::size_t(chunk) * std::size_t(kc);
+  const bool parallel = !in_parallel() && max_threads() > 1 && double(M) * double(N) * double(K) >= double(1 << 18) && chunks > 1;
+  T* packedB = parallel ? detail::thread_scratch<T, detail::kGemmShared>(sizeB) : nullptr;
+
+  auto pack_b_rows = [&](T* dst, std::int64_t k0, std::int64_t kn, std::int64_t r0, std::int64_t rn) {
+    typename G::PackLhs pack;
+    pack(dst + r0 * kn, lhs.getSubMapper(r0, k0), kn, rn);
+  };
+  auto compute_chunk = [&](const T* packed, T* packA, std::int64_t k0, std::int64_t kn, std::int64_t c) {
+    const std::int64_t j0 = c * chunk, jn = std::min(chunk, M - j0);
+    if (k0 == 0 && !accumulate)
+      for (std::int64_t i = j0; i < j0 + jn; ++i) std::fill_n(C + i * ldc, N, T(0));
+    typename G::PackRhs pack;
+    pack(packA, rhs.getSubMapper(k0, j0), kn, jn);
+    typename G::Gebp gebp;
+    for (std::int64_t i2 = 0; i2 < N; i2 += mc) {
+      const std::int64_t in = std::min<std::int64_t>(mc, N - i2);
+      gebp(res.getSubMapper(i2, j0), packed + i2 * kn, packA, in, kn, jn, alpha);
+    }
+  };
+
+  if (!parallel) {
+    T* scratch = detail::thread_scratch<T, detail::kGemmPack>(sizeB + (sizeA + 15) / 16 * 16);
+    T* packA = scratch + (sizeB + 15) / 16 * 16;
+    for (std::int64_t s = 0; s < kslabs; ++s) {
+      const std::int64_t k0 = s * kc, kn = std::min<std::int64_t>(kc, K - k0);
+      pack_b_rows(scratch, k0, kn, 0, N);
+      for (std::int64_t c = 0; c < chunks; ++c) compute_chunk(scratch, packA, k0, kn, c);
+    }
+    return;
+  }
+  // B's packing split in row blocks of whole micro-panels.
+  const std::int64_t bblock = std::max<std::int64_t>(mr, (N / 8 + mr - 1) / mr * mr);
+  const std::int64_t bblocks = (N + bblock - 1) / bblock;
+#pragma omp parallel
   {
-#ifdef _OPENMP
-    const std::int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-#else
-    const std::int64_t t = 0, nt = 1;
-#endif
-    const std::int64_t p0 = panels * t / nt, p1 = panels * (t + 1) / nt;
-    run_rows(std::min(M, p0 * 16), std::min(M, p1 * 16));
+    T* packA = detail::thread_scratch<T, detail::kGemmPack>(sizeA);
+    for (std::int64_t s = 0; s < kslabs; ++s) {
+      const std::int64_t k0 = s * kc, kn = std::min<std::int64_t>(kc, K - k0);
+#pragma omp for schedule(static)
+      for (std::int64_t b = 0; b < bblocks; ++b)
+        pack_b_rows(packedB, k0, kn, b * bblock, std::min(bblock, N - b * bblock));
+      // (implicit barrier: the slab is packed before anyone reads it)
+#pragma omp for schedule(dynamic, 1)
+      for (std::int64_t c = 0; c < chunks; ++c) compute_chunk(packedB, packA, k0, kn, c);
+      // (implicit barrier: nobody still reads the slab when the next one is packed)
+    }
   }
 }
 
