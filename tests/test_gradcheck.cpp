@@ -6,6 +6,9 @@
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "gradcheck.hpp"
 #include "normlab/normlab.hpp"
@@ -461,4 +464,68 @@ TEST_CASE("gradcheck: every variant, whole model, every parameter tensor", "[gra
             ...);
       },
       all_variants{});
+}
+
+namespace {
+// C = alpha·op(A)·op(B) (+ C when accumulating) through cpu::gemm, against a
+// long-double product; also run with one thread and compared bit for bit, and
+// the padding columns of C (ldc > N) must stay untouched. Returns the worst
+// error relative to 1 + |reference|.
+template <class T, int LhsOrder, int RhsOrder>
+double gemm_error(std::int64_t M, std::int64_t N, std::int64_t K, bool accumulate, T alpha) {
+  const std::int64_t lda = LhsOrder == Eigen::RowMajor ? K + 3 : M + 5;
+  const std::int64_t ldb = RhsOrder == Eigen::RowMajor ? N + 2 : K + 1;
+  const std::int64_t ldc = N + 7;
+  auto fill = [](std::size_t n, std::uint64_t seed) {
+    const Vec v = random_vector(n, seed);
+    return std::vector<T>(v.begin(), v.end());
+  };
+  const std::vector<T> A = fill(std::size_t((LhsOrder == Eigen::RowMajor ? M : K) * lda), 11);
+  const std::vector<T> Bm = fill(std::size_t((RhsOrder == Eigen::RowMajor ? K : N) * ldb), 12);
+  const std::vector<T> C0 = fill(std::size_t(M * ldc), 13);
+  auto a = [&](std::int64_t i, std::int64_t k) { return LhsOrder == Eigen::RowMajor ? A[i * lda + k] : A[k * lda + i]; };
+  auto b = [&](std::int64_t k, std::int64_t j) { return RhsOrder == Eigen::RowMajor ? Bm[k * ldb + j] : Bm[j * ldb + k]; };
+  std::vector<T> C = C0, C1 = C0;
+  cpu::gemm<T, LhsOrder, RhsOrder>(M, N, K, A.data(), lda, Bm.data(), ldb, C.data(), ldc, accumulate, alpha);
+#ifdef _OPENMP
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+#endif
+  cpu::gemm<T, LhsOrder, RhsOrder>(M, N, K, A.data(), lda, Bm.data(), ldb, C1.data(), ldc, accumulate, alpha);
+#ifdef _OPENMP
+  omp_set_num_threads(threads);
+#endif
+  CHECK(C == C1);  // the same bits for any thread count
+  double worst = 0;
+  std::int64_t padding_written = 0;
+  for (std::int64_t i = 0; i < M; ++i) {
+    for (std::int64_t j = 0; j < N; ++j) {
+      long double s = 0;
+      for (std::int64_t k = 0; k < K; ++k) s += static_cast<long double>(a(i, k)) * b(k, j);
+      const double ref = double(static_cast<long double>(alpha) * s) + (accumulate ? double(C0[i * ldc + j]) : 0.0);
+      worst = std::max(worst, std::abs(ref - double(C[i * ldc + j])) / (1 + std::abs(ref)));
+    }
+    for (std::int64_t j = N; j < ldc; ++j) padding_written += C[i * ldc + j] != C0[i * ldc + j];
+  }
+  CHECK(padding_written == 0);
+  return worst;
+}
+}  // namespace
+
+TEST_CASE("gemm: every storage order, ragged and model shapes, accumulate and alpha, against long double", "[gemm]") {
+  // Ragged shapes leave partial micro-panels and chunks; the larger ones take
+  // the threaded path with several row chunks and K-slabs. Tolerances: float64
+  // 1e-12 and float32 1e-4 relative to 1 + |C| (sums of up to 700 unit-variance
+  // products; rounding grows like √K·ε·max|partial sum|).
+  const std::int64_t shapes[][3] = {{7, 5, 4}, {16, 5, 3}, {37, 53, 71}, {300, 200, 700}, {513, 96, 33}};
+  for (const auto& s : shapes) {
+    const std::int64_t M = s[0], N = s[1], K = s[2];
+    INFO("M " << M << " N " << N << " K " << K);
+    CHECK(gemm_error<double, Eigen::RowMajor, Eigen::ColMajor>(M, N, K, false, 1.0) < 1e-12);
+    CHECK(gemm_error<double, Eigen::RowMajor, Eigen::RowMajor>(M, N, K, true, 0.5) < 1e-12);
+    CHECK(gemm_error<double, Eigen::ColMajor, Eigen::RowMajor>(M, N, K, true, 1.0) < 1e-12);
+    CHECK(gemm_error<double, Eigen::ColMajor, Eigen::ColMajor>(M, N, K, false, 2.0) < 1e-12);
+    CHECK(gemm_error<float, Eigen::RowMajor, Eigen::ColMajor>(M, N, K, false, 1.0f) < 1e-4);
+    CHECK(gemm_error<float, Eigen::ColMajor, Eigen::RowMajor>(M, N, K, true, 0.7f) < 1e-4);
+  }
 }

@@ -197,8 +197,10 @@ void gemm(std::int64_t M, std::int64_t N, std::int64_t K, const T* A, std::int64
   };
 
   if (!parallel) {
-    T* scratch = detail::thread_scratch<T, detail::kGemmPack>(sizeB + (sizeA + 15) / 16 * 16);
-    T* packA = scratch + (sizeB + 15) / 16 * 16;
+    // B's slab, then A's chunk from the next 64-byte boundary.
+    const std::size_t offsetA = (sizeB + 15) / 16 * 16;
+    T* scratch = detail::thread_scratch<T, detail::kGemmPack>(offsetA + sizeA);
+    T* packA = scratch + offsetA;
     for (std::int64_t s = 0; s < kslabs; ++s) {
       const std::int64_t k0 = s * kc, kn = std::min<std::int64_t>(kc, K - k0);
       pack_b_rows(scratch, k0, kn, 0, N);
