@@ -4,6 +4,7 @@
 # Prints the executions per target; exits non-zero on the first finding
 # (the crashing input is left in build-fuzz/).
 #   bash scripts/fuzz.sh [SECONDS] [TARGET...]
+# CTEST_JUNIT=FILE writes a JUnit report there, one test per target (.ci/run counts it).
 # FUZZ_SEED fixes libFuzzer's seed (CI uses 1, so its runs are repeatable); unset, it is random.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,6 +13,7 @@ shift || true
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(safetensors checkpoint token_shard tokenizer cli)
 bash scripts/bootstrap.sh
+source scripts/junit-write.sh
 CXX=${FUZZ_CXX:-clang++}
 command -v "$CXX" >/dev/null || { echo "fuzz: $CXX not found (apt-get install clang libclang-rt-dev)"; exit 2; }
 out=build-fuzz
@@ -34,7 +36,10 @@ for t in "${targets[@]}"; do
   [ -n "${FUZZ_SEED:-}" ] && seed=(-seed="$FUZZ_SEED")
   (cd "$out" && ASAN_OPTIONS=detect_leaks=1 ./"fuzz_$t" "${seed[@]}" -max_total_time="$SECONDS_PER_TARGET" -timeout=10 \
       -rss_limit_mb=4096 -close_fd_mask=3 -print_final_stats=1 "corpus_$t" "../fuzz/corpus/$t" >"fuzz_$t.log" 2>&1) || {
-    echo "fuzz: $t FOUND A FAILURE; see $log"; tail -40 "$log"; exit 1; }
+    echo "fuzz: $t FOUND A FAILURE; see $log"; tail -40 "$log"
+    junit_case "fuzz: $t" fail "finding, see $log"; junit_write "${CTEST_JUNIT:-}"; exit 1; }
   execs=$(grep -m1 'stat::number_of_executed_units' "$log" | awk '{print $2}')
   echo "fuzz: $t ran $SECONDS_PER_TARGET s, $execs executions, no finding"
+  junit_case "fuzz: $t ($SECONDS_PER_TARGET s, $execs executions)" run
 done
+junit_write "${CTEST_JUNIT:-}"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command: installs what is missing, builds everything, runs every test.
 #   bash scripts/test.sh            (BUILD_DIR=build by default)
+# CTEST_JUNIT=FILE also writes CTest's JUnit report there (.ci/run counts it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
@@ -9,4 +10,6 @@ cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNORMLAB_BUILD_B
 cmake --build "$BUILD_DIR" -j 2
 # Tests run one at a time: each already uses both cores through OpenMP, and
 # two OpenMP programs sharing two cores slow each other down many times over.
-ctest --test-dir "$BUILD_DIR" --output-on-failure -j 1
+junit=()
+[ -z "${CTEST_JUNIT:-}" ] || junit=(--output-junit "$CTEST_JUNIT")
+ctest --test-dir "$BUILD_DIR" --output-on-failure -j 1 "${junit[@]}"

@@ -3,7 +3,7 @@
 //    AdamW, constraint) at d=1024, 24 layers, 16 heads, T=1024, vocabulary
 //    50304, bf16, batch 8 (--batch=N to change): tokens/s and MFU;
 //  * BM_Gemm: a large bf16 GEMM through the same backend (compute ceiling);
-//  * BM_Copy: device-to-device cudaMemcpy (memory ceiling, read + write bytes);
+//  * BM_Copy: device-to-device copy on the stream (memory ceiling, read + write bytes);
 //  * BM_Kernel/<name>: the fused row kernels at the step's shapes, GB/s of the
 //    bytes each must move at least (its inputs read once, outputs written once).
 // Every benchmark times itself with cudaEvents (UseManualTime). After the run a
@@ -166,7 +166,7 @@ void fill(Backend& be, Dtype dt, void* dst, std::int64_t n, double scale, double
   std::vector<float> h(static_cast<std::size_t>(n));
   for (float& x : h) x = float(shift + scale * nd(rng));
   DeviceBuffer tmp(h.size() * 4);
-  NORMLAB_CUDA_CHECK(cudaMemcpy(tmp.get(), h.data(), h.size() * 4, cudaMemcpyHostToDevice));
+  be.upload(tmp.get(), h.data(), h.size() * 4);
   k::to_storage(dt, dst, tmp.as<float>(), n, be.stream());
   be.synchronize();
 }
@@ -194,8 +194,8 @@ void time_kernel(benchmark::State& state, const std::string& name, double bytes,
 void BM_Copy(benchmark::State& state) {
   const std::size_t bytes = std::size_t(1) << 30;
   DeviceBuffer a(bytes), b(bytes);
-  NORMLAB_CUDA_CHECK(cudaMemset(a.get(), 1, bytes));
   Backend& be = backend();
+  be.fill_bytes(a.get(), 1, bytes);
   time_kernel(state, "copy", 2.0 * double(bytes), [&] {
     NORMLAB_CUDA_CHECK(cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice, be.stream()));
   });
@@ -287,7 +287,7 @@ void BM_Kernel(benchmark::State& state, const std::string& name) {
     DeviceBuffer lg(N * V * 2), dl(N * V * 2), loss(N * 4), sz(V * 4), tg(N * 4);
     fill(be, dt, lg.get(), N * V, 1, 0, 1);
     fill(be, Dtype::f32, sz.get(), V, 0.1, 1, 2);
-    NORMLAB_CUDA_CHECK(cudaMemset(tg.get(), 0, N * 4));
+    be.fill_bytes(tg.get(), 0, N * 4);
     time_kernel(state, name, 2 * double(N) * double(V) * es, [&] {
       k::cross_entropy(dt, dl.get(), loss.as<float>(), lg.get(), sz.as<float>(), tg.as<std::int32_t>(), N, V, s);
     });
@@ -296,8 +296,8 @@ void BM_Kernel(benchmark::State& state, const std::string& name) {
     DeviceBuffer p(R * L * 4), m(R * L * 4), v(R * L * 4), g(R * L * 4), cp(R * L * 2);
     fill(be, Dtype::f32, p.get(), R * L, 0.03, 0, 1);
     fill(be, Dtype::f32, g.get(), R * L, 0.001, 0, 2);
-    NORMLAB_CUDA_CHECK(cudaMemset(m.get(), 0, R * L * 4));
-    NORMLAB_CUDA_CHECK(cudaMemset(v.get(), 0, R * L * 4));
+    be.fill_bytes(m.get(), 0, R * L * 4);
+    be.fill_bytes(v.get(), 0, R * L * 4);
     k::AdamHyper hp;
     hp.step_size = 1e-4f;
     time_kernel(state, name, double(R * L) * (16 + 12 + 2), [&] {

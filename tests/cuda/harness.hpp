@@ -100,16 +100,15 @@ class DTensor {
   void set(const std::vector<double>& host) {
     std::vector<float> f(host.begin(), host.end());
     DeviceBuffer tmp(f.size() * 4);
-    NORMLAB_CUDA_CHECK(cudaMemcpy(tmp.get(), f.data(), f.size() * 4, cudaMemcpyHostToDevice));
+    be_->upload(tmp.get(), f.data(), f.size() * 4);
     k::to_storage(dt_, buf_.get(), tmp.as<float>(), std::int64_t(n_), be_->stream());
     be_->synchronize();
   }
   std::vector<double> get() const {
     DeviceBuffer tmp(n_ * 4);
     k::to_float(dt_, tmp.as<float>(), buf_.get(), std::int64_t(n_), be_->stream());
-    be_->synchronize();
     std::vector<float> f(n_);
-    NORMLAB_CUDA_CHECK(cudaMemcpy(f.data(), tmp.get(), n_ * 4, cudaMemcpyDeviceToHost));
+    be_->download(f.data(), tmp.get(), n_ * 4);
     return std::vector<double>(f.begin(), f.end());
   }
   void* ptr() const { return buf_.get(); }

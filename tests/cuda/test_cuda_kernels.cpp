@@ -38,9 +38,8 @@ namespace {
 double tol(Dtype dt) { return dt == Dtype::f32 ? 1e-5 : 2e-2; }
 std::string tag(Dtype dt, const std::string& what) { return std::string(dtype_name(dt)) + " " + what; }
 Vec f32_vec(Backend& be, const float* p, std::size_t n) {
-  be.synchronize();
   std::vector<float> h(n);
-  NORMLAB_CUDA_CHECK(cudaMemcpy(h.data(), p, n * 4, cudaMemcpyDeviceToHost));
+  be.download(h.data(), p, n * 4);
   return Vec(h.begin(), h.end());
 }
 Vec rounded32(Vec v) { return rounded(Dtype::f32, std::move(v)); }
@@ -229,7 +228,7 @@ void test_cross_entropy(Backend& be, Dtype dt, Tally& t, std::mt19937_64& rng) {
     std::vector<std::int64_t> tgt64(N);
     for (std::int64_t i = 0; i < N; ++i) tgt64[i] = tgt[i] = std::int32_t(rng() % std::uint64_t(V));
     DeviceBuffer dtgt(N * 4);
-    NORMLAB_CUDA_CHECK(cudaMemcpy(dtgt.get(), tgt.data(), N * 4, cudaMemcpyHostToDevice));
+    be.upload(dtgt.get(), tgt.data(), N * 4);
     for (bool scaled : {false, true}) {
       DTensor x(be, dt, raw), s(be, Dtype::f32, sz), dl(be, dt, N * V), loss(be, Dtype::f32, N);
       k::cross_entropy(dt, dl.ptr(), loss.f(), x.ptr(), scaled ? s.f() : nullptr, dtgt.as<std::int32_t>(), N, V,
@@ -272,7 +271,7 @@ void test_embedding(Backend& be, Dtype dt, Tally& t, std::mt19937_64& rng) {
   std::vector<std::int32_t> idx32(idx.begin(), idx.end());
   auto up = [&](const std::vector<std::int32_t>& h) {
     DeviceBuffer b(h.size() * 4);
-    NORMLAB_CUDA_CHECK(cudaMemcpy(b.get(), h.data(), h.size() * 4, cudaMemcpyHostToDevice));
+    be.upload(b.get(), h.data(), h.size() * 4);
     return b;
   };
   DeviceBuffer di = up(idx32), du = up(uniq), ds = up(starts), dord = up(order);
@@ -354,9 +353,8 @@ void test_sum_squares(Backend& be, Tally& t, std::mt19937_64& rng) {
     DTensor dx(be, Dtype::f32, x);
     DeviceBuffer out(8), partial(k::kSumSqBlocks * 8);
     k::sum_squares(out.as<double>(), partial.as<double>(), dx.f(), n, be.stream());
-    be.synchronize();
     double got = 0, ref = 0;
-    NORMLAB_CUDA_CHECK(cudaMemcpy(&got, out.get(), 8, cudaMemcpyDeviceToHost));
+    be.download(&got, out.get(), 8);
     for (double v : x) ref += v * v;
     t.rel("sum of squares n=" + std::to_string(n), {got}, {ref}, 1e-12);
   }

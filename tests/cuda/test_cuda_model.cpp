@@ -71,6 +71,16 @@ std::vector<std::int64_t> random_tokens(std::mt19937_64& rng, std::size_t n, std
 
 // The CUDA model (storage S) against the float64 CPU model from the same parameters:
 // loss and gradients of one step, then the parameters after `steps` steps.
+// Parameters after the steps. float32 (tol_params > 0): ‖p_gpu − p_cpu‖ / ‖p_cpu‖ ≤ tol_params.
+// bf16 (tol_params = 0, direction mode): Adam's first steps move every weight by about
+// ±lr whatever the gradient's size, so an element whose bf16 gradient has the other
+// sign than the float64 one moves 2·lr the other way (5% of a 0.02-scale weight at
+// lr 1e-3): a relative bound on the values fails on a few sign flips of near-zero
+// gradients. Instead the GPU's total update must agree with the CPU's to within half
+// its length, ‖p_gpu − p_cpu‖ ≤ 0.5 ‖p_cpu − p_0‖, which holds while fewer than ~6% of
+// the elements flip (each flip adds (2·lr)² to the squared error and lr² to the
+// squared travel) and fails for a wrong update rule, a missing constraint or a
+// wrong learning rate.
 template <class Scheme, class Residual, class S>
 void check_against_cpu(cuda::Backend& be, Tally& t, double tol_values, double tol_params, int steps) {
   const ModelConfig mc = small_config();
@@ -102,17 +112,62 @@ void check_against_cpu(cuda::Backend& be, Tally& t, double tol_values, double to
         t.rel(nm + " grad " + sp.name, ours, ref, tol_values);
       }
     }
-    clip_grad_norm(cpu.params(), 1.0);
+    // Step 0 clips hard (max norm 1e-2, far below a fresh model's gradient norm), so
+    // the clipped gradients the step leaves behind are compared as well: both paths
+    // scale them in place, as PyTorch's clip_grad_norm_.
+    const double clip = s == 0 ? 1e-2 : 1.0;
+    const double norm_cpu = clip_grad_norm(cpu.params(), clip);
     opt.step(cpu.params(), 1e-3);
     cpu.apply_constraint();
-    gpu.step(1e-3, 1.0);
+    const double norm_gpu = gpu.step(1e-3, clip);
+    if (s == 0) {
+      t.rel(nm + " gradient norm before clipping", {norm_gpu}, {norm_cpu}, tol_values);
+      t.truth(nm + " step 0 clips (norm " + std::to_string(norm_cpu) + " > 1e-2)", norm_cpu > clip);
+      const std::vector<float> g = gpu.get_grads();
+      std::vector<double> ours(g.begin(), g.end());
+      std::vector<double> ref(cpu.params().grads().begin(), cpu.params().grads().end());
+      t.rel(nm + " gradients after clipping (written back in place)", ours, ref, tol_values);
+    }
   }
   const std::vector<float> p = gpu.get_params();
   for (const ParamSpec& sp : gpu.specs()) {
     std::vector<double> ours(p.begin() + sp.offset, p.begin() + sp.offset + sp.numel);
     std::vector<double> ref(cpu.params().value(sp.offset), cpu.params().value(sp.offset) + sp.numel);
-    t.rel(nm + " param after " + std::to_string(steps) + " steps " + sp.name, ours, ref, tol_params);
+    const std::string what = nm + " param after " + std::to_string(steps) + " steps " + sp.name;
+    if (tol_params > 0) {
+      t.rel(what, ours, ref, tol_params);
+    } else {
+      double err = 0, travel = 0;
+      for (std::size_t i = 0; i < ref.size(); ++i) {
+        err += (ours[i] - ref[i]) * (ours[i] - ref[i]);
+        const double d = ref[i] - double(p32[sp.offset + i]);
+        travel += d * d;
+      }
+      err = std::sqrt(err);
+      travel = std::sqrt(travel);
+      const bool ok = std::isfinite(err) && err <= 0.5 * travel;
+      t.truth(what + ": |gpu - cpu| " + std::to_string(err) + " <= 0.5 x update " + std::to_string(travel), ok);
+    }
   }
+}
+
+// backward() consumes the forward's logit gradient (scaled in place by s_z), so a
+// second backward() without a new forward() must refuse instead of scaling it twice.
+template <class Scheme, class Residual>
+void check_backward_once(cuda::Backend& be, Tally& t) {
+  const ModelConfig mc = small_config();
+  cuda::Transformer<Scheme, Residual, cuda::f32> gpu(be, mc, 1, 8);
+  gpu.init(3);
+  std::vector<std::int64_t> idx(8, 1), tgt(8, 2);
+  gpu.forward(idx.data(), tgt.data(), 1, 8);
+  gpu.backward();
+  bool refused = false;
+  try {
+    gpu.backward();
+  } catch (const Error& e) {
+    refused = std::string(e.what()).find("forward()") != std::string::npos;
+  }
+  t.truth(std::string(Scheme::name) + ": a second backward() without forward() is refused", refused);
 }
 
 template <class Scheme, class Residual, class S>
@@ -160,15 +215,21 @@ int main() {
     check_golden<cuda::GPT<cuda::f32>>(be, "gpt_small.safetensors", t);
     check_golden<cuda::NGPT<cuda::f32>>(be, "ngpt_small.safetensors", t);
 
-    // float32: the golden tolerances. anGPT and gpt_alpha have no reference file.
-    check_against_cpu<scalar_factors, lerp_nu, cuda::f32>(be, t, 1e-5, 5e-4, 2);
-    check_against_cpu<prenorm_rms, normlab::lerp, cuda::f32>(be, t, 1e-5, 5e-4, 2);
-    // bf16: activations rounded to 8 bits through 2 layers. Loss within 1e-2;
-    // gradients within 1e-1 (products of several bf16-rounded factors); the
-    // parameters after 2 steps of lr 1e-3 move by ~2e-3 relative, so the
-    // float32 master copies agree to 5e-3 even where the gradients differ.
-    check_against_cpu<prenorm_rms, residual_add, cuda::bf16>(be, t, 1e-1, 5e-3, 2);
-    check_against_cpu<sphere, lerp_retract, cuda::bf16>(be, t, 1e-1, 5e-3, 2);
+    check_backward_once<sphere, lerp_retract>(be, t);
+    check_backward_once<prenorm_rms, residual_add>(be, t);
+
+    // float32 against float64: values 5e-5, the CPU's own float32-vs-float64 bar
+    // (tests/test_precision.cpp; the GPU sums in other orders, so it cannot be held
+    // tighter than the CPU's float32 path); parameters 5e-4 as the golden check.
+    // anGPT and gpt_alpha have no reference file.
+    check_against_cpu<scalar_factors, lerp_nu, cuda::f32>(be, t, 5e-5, 5e-4, 2);
+    check_against_cpu<prenorm_rms, normlab::lerp, cuda::f32>(be, t, 5e-5, 5e-4, 2);
+    check_against_cpu<sphere, lerp_retract, cuda::f32>(be, t, 5e-5, 5e-4, 2);
+    // bf16: activations rounded to 8 bits through 2 layers. Loss and gradients
+    // within 1e-1 (products of several bf16-rounded factors); parameters in
+    // direction mode (see check_against_cpu).
+    check_against_cpu<prenorm_rms, residual_add, cuda::bf16>(be, t, 1e-1, 0, 2);
+    check_against_cpu<sphere, lerp_retract, cuda::bf16>(be, t, 1e-1, 0, 2);
 
     for (int rep = 0; rep < 1; ++rep) {
       check_deterministic<prenorm_rms, residual_add, cuda::bf16>(be, t);

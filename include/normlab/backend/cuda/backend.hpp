@@ -106,6 +106,29 @@ class Backend {
 
   cudaStream_t stream() const { return stream_; }
   void synchronize() const { NORMLAB_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+  // Host <-> device copies and fills, ordered on this backend's stream and complete
+  // when they return. The stream is non-blocking, so it does not wait for work on
+  // the legacy default stream: a plain cudaMemcpy from pageable memory may return
+  // once the data is staged, before the DMA lands, and a kernel on our stream
+  // could then read stale memory. Every transfer goes through these (a CTest,
+  // "cuda: every host-device copy is ordered on the backend's stream", refuses
+  // cudaMemcpy/cudaMemset calls elsewhere).
+  void upload(void* dst, const void* src, std::size_t bytes) const {
+    if (bytes == 0) return;
+    NORMLAB_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+    synchronize();
+  }
+  void download(void* dst, const void* src, std::size_t bytes) const {
+    if (bytes == 0) return;
+    NORMLAB_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+    synchronize();
+  }
+  // Byte fill (0 for zeros), enqueued on the stream; later work on the stream sees it.
+  void fill_bytes(void* dst, int value, std::size_t bytes) const {
+    if (bytes == 0) return;
+    NORMLAB_CUDA_CHECK(cudaMemsetAsync(dst, value, bytes, stream_));
+  }
   std::size_t cached_plans() const { return plans_.size(); }
 
   // Row-major C(M×N) = alpha·op(A)(M×K)·op(B)(K×N) + beta·C (see the mapping above).

@@ -105,6 +105,7 @@ template <class Term>
 void colreduce(float* out, bool accumulate, Term term, std::int64_t N, std::int64_t L, float* partial,
                cudaStream_t s) {
   const std::int64_t chunks = colreduce_chunks(N);
+  check_grid_y(chunks, "colreduce", "a column reduction over " + std::to_string(N) + " rows");
   const dim3 grid(unsigned((L + 31) / 32), unsigned(chunks));
   colreduce_partial<Term><<<grid, dim3(32, 8), 0, s>>>(partial, N, L, term);
   NORMLAB_CUDA_CHECK_LAUNCH();

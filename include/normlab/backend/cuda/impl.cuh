@@ -54,6 +54,7 @@ void embedding_backward(Dtype dt, float* dwte, const std::int32_t* uniq, const s
                         const std::int32_t* order, std::int64_t n_uniq, const void* dout, std::int64_t C,
                         cudaStream_t s) {
   if (n_uniq <= 0) return;
+  check_grid_y((C + 127) / 128, "embedding_backward", "n_embd " + std::to_string(C));
   dispatch(dt, [&](auto tag) {
     using S = typename decltype(tag)::type;
     const dim3 grid(unsigned(n_uniq), unsigned((C + 127) / 128));
@@ -164,6 +165,7 @@ void qk_scale_grad(Dtype dt, float* ds, const void* dq, const void* qh, const vo
 void attention_forward(Dtype dt, void* y, float* lse, const void* q, const void* k, const void* v, std::int64_t B,
                        std::int64_t T, std::int64_t H, std::int64_t D, float scale, cudaStream_t s) {
   check_head_dim(D, "attention_forward");
+  check_grid_y(B * H, "attention_forward", "batch " + std::to_string(B) + " x heads " + std::to_string(H));
   const dim3 grid(unsigned((T + dev::kAttWarps - 1) / dev::kAttWarps), unsigned(B * H));
   dispatch(dt, [&](auto tag) {
     using S = typename decltype(tag)::type;
@@ -176,6 +178,7 @@ void attention_backward(Dtype dt, void* dq, void* dk, void* dv, float* dsum, con
                         const void* q, const void* k, const void* v, const float* lse, std::int64_t B, std::int64_t T,
                         std::int64_t H, std::int64_t D, float scale, cudaStream_t s) {
   check_head_dim(D, "attention_backward");
+  check_grid_y(B * H, "attention_backward", "batch " + std::to_string(B) + " x heads " + std::to_string(H));
   const dim3 grid(unsigned((T + dev::kAttWarps - 1) / dev::kAttWarps), unsigned(B * H));
   dispatch(dt, [&](auto tag) {
     using S = typename decltype(tag)::type;
@@ -232,6 +235,12 @@ void sum_squares(double* out, double* partial, const float* x, std::int64_t n, c
   dev::sumsq_partial_kernel<<<kSumSqBlocks, 256, 0, s>>>(partial, x, n);
   NORMLAB_CUDA_CHECK_LAUNCH();
   dev::sumsq_final_kernel<<<1, kSumSqBlocks, 0, s>>>(out, partial);
+  NORMLAB_CUDA_CHECK_LAUNCH();
+}
+
+void scale_inplace(float* x, float c, std::int64_t n, cudaStream_t s) {
+  if (n <= 0) return;
+  dev::scale_inplace_kernel<<<flat_blocks(n), 256, 0, s>>>(x, c, n);
   NORMLAB_CUDA_CHECK_LAUNCH();
 }
 

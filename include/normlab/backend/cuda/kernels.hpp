@@ -16,6 +16,9 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <string>
+
+#include "normlab/core/error.hpp"
 
 namespace normlab::cuda {
 
@@ -31,6 +34,27 @@ enum class ConstraintAxis { none, rows, cols };
 // Scratch for the deterministic column reductions: (colreduce_chunks(N), L) floats.
 inline constexpr std::int64_t kColReduceRows = 256;
 inline std::int64_t colreduce_chunks(std::int64_t N) { return (N + kColReduceRows - 1) / kColReduceRows; }
+
+// CUDA caps a grid's y (and z) dimension at 65535 blocks. The launchers that put
+// a size on y (attention: batch × heads; column reductions: ⌈rows / 256⌉;
+// embedding backward: ⌈C / 128⌉) refuse a larger one with the sizes named,
+// before anything is enqueued, instead of failing the launch or, worse, silently
+// covering only part of the grid after a narrowing cast.
+inline constexpr std::int64_t kMaxGridY = 65535;
+inline void check_grid_y(std::int64_t blocks, const char* who, const std::string& what) {
+  if (blocks > kMaxGridY)
+    throw Error(std::string(who) + ": " + what + " needs " + std::to_string(blocks) +
+                " blocks on the grid's y axis; CUDA allows at most 65535");
+}
+// The limits a model of max_batch × max_seq tokens and `heads` heads must meet.
+inline void check_model_grid_limits(std::int64_t max_batch, std::int64_t max_seq, std::int64_t heads,
+                                    std::int64_t n_embd) {
+  check_grid_y(max_batch * heads, "cuda::Transformer", "attention over batch " + std::to_string(max_batch) +
+                                                           " x heads " + std::to_string(heads));
+  check_grid_y(colreduce_chunks(max_batch * max_seq), "cuda::Transformer",
+               "a column reduction over " + std::to_string(max_batch * max_seq) + " tokens (batch x seq)");
+  check_grid_y((n_embd + 127) / 128, "cuda::Transformer", "the embedding backward at n_embd " + std::to_string(n_embd));
+}
 
 namespace k {
 
@@ -123,6 +147,8 @@ void cross_entropy(Dtype dt, void* dlogits, float* row_loss, const void* raw, co
 // partial: kSumSqBlocks doubles.
 inline constexpr int kSumSqBlocks = 1024;
 void sum_squares(double* out, double* partial, const float* x, std::int64_t n, cudaStream_t s);
+// x ← c·x in place (float32).
+void scale_inplace(float* x, float c, std::int64_t n, cudaStream_t s);
 
 struct AdamHyper {
   float decay = 1;       // 1 − lr·wd (applied only when `decayed`)

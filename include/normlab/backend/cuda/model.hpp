@@ -86,6 +86,7 @@ class Transformer {
     cfg_.validate();
     if (max_batch <= 0 || max_seq <= 0) throw Error("cuda::Transformer: max_batch and max_seq must be positive");
     if (cfg_.head_dim() > 128) throw Error("cuda::Transformer: head dimension above 128 is not supported");
+    check_model_grid_limits(maxB_, maxT_, cfg_.n_head, cfg_.n_embd);
     declare_params();
     const std::size_t np = specs_.size();
     params_ = DeviceBuffer(np * 4);
@@ -94,7 +95,7 @@ class Transformer {
     v_ = DeviceBuffer(np * 4);
     if constexpr (dt != Dtype::f32) copy_ = DeviceBuffer(np * dtype_size(dt));
     for (DeviceBuffer* b : {&params_, &grads_, &m_, &v_})
-      NORMLAB_CUDA_CHECK(cudaMemsetAsync(b->get(), 0, np * 4, be_.stream()));
+      be_.fill_bytes(b->get(), 0, np * 4);
     Arena counting;
     layout(counting);
     arena_ = DeviceBuffer(counting.used);
@@ -131,7 +132,7 @@ class Transformer {
     if (host.size() != num_params())
       throw Error("cuda::Transformer::set_params: " + std::to_string(host.size()) + " values for " +
                   std::to_string(num_params()) + " parameters");
-    NORMLAB_CUDA_CHECK(cudaMemcpy(params_.get(), host.data(), host.size() * 4, cudaMemcpyHostToDevice));
+    be_.upload(params_.get(), host.data(), host.size() * 4);
     sync_copy(ConstraintKind::none);
   }
   std::vector<float> get_params() const { return download_f32(params_.as<float>(), num_params()); }
@@ -152,7 +153,7 @@ class Transformer {
         case ParamRole::scale: std::fill_n(p, s.numel, s.name.ends_with("suv") ? 1.f : float(bs)); break;
       }
     }
-    NORMLAB_CUDA_CHECK(cudaMemcpy(params_.get(), host.data(), host.size() * 4, cudaMemcpyHostToDevice));
+    be_.upload(params_.get(), host.data(), host.size() * 4);
     sync_copy(Scheme::weights != WeightConstraint::none ? ConstraintKind::unit_norm : ConstraintKind::none);
   }
 
@@ -204,8 +205,12 @@ class Transformer {
   }
 
   // Gradients of the last forward's mean loss into the device gradient buffer (zeroed first).
+  // d_logits is scaled in place (s_z) and consumed: one backward per forward.
   void backward() {
-    if (!has_forward_) throw Error("cuda::Transformer::backward: no forward() with targets before");
+    if (!has_forward_)
+      throw Error("cuda::Transformer::backward: needs a forward() with targets since the last backward() "
+                  "(the logits' gradient is consumed in place; call forward() again)");
+    has_forward_ = false;
     const std::int64_t N = B_ * T_, C = cfg_.n_embd, F = 4 * C, V = cfg_.vocab_size;
     NORMLAB_CUDA_CHECK(cudaMemsetAsync(grads_.get(), 0, num_params() * 4, s()));
     if constexpr (Scheme::scaled_logits)
@@ -288,10 +293,11 @@ class Transformer {
     NORMLAB_CUDA_CHECK(cudaMemcpyAsync(&ss, gnorm_, sizeof(double), cudaMemcpyDeviceToHost, s()));
     be_.synchronize();
     const double norm = std::sqrt(ss);
-    float gscale = 1.f;
+    // PyTorch's clip_grad_norm_ (and the CPU path) scales the gradients in place,
+    // so what get_grads() returns after a step is what the optimizer used.
     if (grad_clip > 0) {
       const double coef = std::min(1.0, grad_clip / (norm + 1e-6));
-      if (coef < 1.0) gscale = float(coef);
+      if (coef < 1.0) k::scale_inplace(grads_.as<float>(), float(coef), std::int64_t(num_params()), s());
     }
     ++t_;
     const double bc1 = 1.0 - std::pow(opt_.beta1, double(t_));
@@ -307,7 +313,7 @@ class Transformer {
       hp.beta2 = float(opt_.beta2);
       hp.eps = float(g.eps);
       hp.sqrt_bc2 = float(std::sqrt(bc2));
-      hp.grad_scale = gscale;
+      hp.grad_scale = 1.f;  // already clipped in place
       update_tensor(sp, hp, constraint_kind(Scheme::weights));
     }
     return norm;
@@ -599,13 +605,10 @@ class Transformer {
     }
   }
 
-  void upload(float* dst, const float* src, std::size_t bytes) {
-    NORMLAB_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
-  }
+  void upload(float* dst, const float* src, std::size_t bytes) { be_.upload(dst, src, bytes); }
   std::vector<float> download_f32(const float* src, std::size_t n) const {
     std::vector<float> out(n);
-    be_.synchronize();
-    NORMLAB_CUDA_CHECK(cudaMemcpy(out.data(), src, n * 4, cudaMemcpyDeviceToHost));
+    be_.download(out.data(), src, n * 4);
     return out;
   }
   std::vector<float> download_storage(const void* src, std::int64_t n) const {
@@ -613,8 +616,7 @@ class Transformer {
       return download_f32(static_cast<const float*>(src), std::size_t(n));
     } else {
       std::vector<std::uint16_t> bits(static_cast<std::size_t>(n));
-      be_.synchronize();
-      NORMLAB_CUDA_CHECK(cudaMemcpy(bits.data(), src, std::size_t(n) * 2, cudaMemcpyDeviceToHost));
+      be_.download(bits.data(), src, std::size_t(n) * 2);
       std::vector<float> out(bits.size());
       for (std::size_t i = 0; i < bits.size(); ++i) out[i] = bf16_bits_to_float(bits[i]);
       return out;

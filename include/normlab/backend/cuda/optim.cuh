@@ -21,6 +21,12 @@ __global__ void sumsq_final_kernel(double* out, const double* partial) {
   if (threadIdx.x == 0) out[0] = s;
 }
 
+// x ← c·x (the clipping coefficient applied to the gradients in place, as the CPU's clip_grad_norm).
+__global__ void scale_inplace_kernel(float* x, float c, std::int64_t n) {
+  for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += std::int64_t(gridDim.x) * blockDim.x)
+    x[i] *= c;
+}
+
 // p, m, v updated in place; returns the new p. Same expression order as the CPU's Eigen arrays.
 __device__ __forceinline__ float adam_one(float* p, float* m, float* v, const float* g, std::int64_t i,
                                           const k::AdamHyper& hp) {
