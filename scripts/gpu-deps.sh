@@ -26,7 +26,7 @@ stage_package() {
   dpkg -L "$pkg" | while read -r f; do
     case $f in
       /usr/include/* | /usr/share/eigen3/cmake/* | /usr/share/cmake/* | /usr/lib/"$MULTIARCH"/cmake/* | \
-      /usr/lib/"$MULTIARCH"/lib*.so*) if [ -f "$f" ]; then stage_file "$f"; fi ;;
+      /usr/lib/"$MULTIARCH"/lib*.so* | /usr/lib/"$MULTIARCH"/lib*.a) if [ -f "$f" ]; then stage_file "$f"; fi ;;
     esac
   done
 }
