@@ -26,9 +26,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "normlab/core/process.hpp"
 #include "normlab/train/ablate.hpp"
 
 namespace fs = std::filesystem;
+using normlab::find_on_path;
+using normlab::is_executable_file;
 namespace ab = normlab::ablate;
 
 namespace {
@@ -115,58 +118,12 @@ fs::path run_dir(const fs::path& out, const std::string& variant, std::int64_t s
   return out / variant / ("seed" + std::to_string(seed));
 }
 
-bool is_executable_file(const fs::path& p) {
-  std::error_code ec;
-  return fs::is_regular_file(p, ec) && ::access(p.c_str(), X_OK) == 0;
-}
-
-// First executable `name` on PATH, or empty.
-fs::path find_on_path(const std::string& name) {
-  const char* path = std::getenv("PATH");
-  if (!path) return {};
-  std::string dirs = path;
-  std::size_t start = 0;
-  while (start <= dirs.size()) {
-    const std::size_t end = std::min(dirs.find(':', start), dirs.size());
-    const std::string dir = dirs.substr(start, end - start);
-    const fs::path cand = fs::path(dir.empty() ? "." : dir) / name;
-    if (is_executable_file(cand)) return cand;
-    start = end + 1;
-  }
-  return {};
-}
-
 // Runs exe with args (no shell), output going straight to our stdout/stderr.
-// Returns the exit status, or 128 + signal number if the child was killed.
 int run_child(const fs::path& exe, const std::vector<std::string>& args, const fs::path& cwd = {}) {
-  std::vector<std::string> all;
-  all.push_back(exe.string());
-  all.insert(all.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& a : all) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  std::fflush(stdout);
-  std::fflush(stderr);
-  std::cout.flush();
-  std::cerr.flush();
-  const pid_t pid = ::fork();
-  if (pid < 0) throw normlab::Error(std::string("fork failed: ") + std::strerror(errno));
-  if (pid == 0) {
-    if (!cwd.empty() && ::chdir(cwd.c_str()) != 0) {
-      std::fprintf(stderr, "normlab-ablate: cannot chdir to %s: %s\n", cwd.c_str(), std::strerror(errno));
-      ::_exit(127);
-    }
-    ::execv(argv[0], argv.data());
-    std::fprintf(stderr, "normlab-ablate: cannot execute %s: %s\n", argv[0], std::strerror(errno));
-    ::_exit(127);
-  }
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR) throw normlab::Error(std::string("waitpid failed: ") + std::strerror(errno));
-  }
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-  return 1;
+  const int rc = normlab::run_program(exe, args, cwd);
+  if (rc == 127 && !normlab::is_executable_file(exe))
+    std::fprintf(stderr, "normlab-ablate: cannot execute %s\n", exe.c_str());
+  return rc;
 }
 
 std::string describe_status(int rc) {

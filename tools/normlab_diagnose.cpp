@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "normlab/core/process.hpp"
 #include "normlab/diag/diagnostics.hpp"
 #include "normlab/train/driver.hpp"
 
@@ -28,26 +29,10 @@ using namespace normlab;
 
 namespace {
 
-// gnuplot on PATH, if any.
-std::optional<fs::path> find_gnuplot() {
-  const char* path = std::getenv("PATH");
-  if (!path) return std::nullopt;
-  std::string p = path;
-  std::size_t start = 0;
-  while (start <= p.size()) {
-    std::size_t end = p.find(':', start);
-    if (end == std::string::npos) end = p.size();
-    const fs::path dir = p.substr(start, end - start).empty() ? fs::path(".") : fs::path(p.substr(start, end - start));
-    const fs::path exe = dir / "gnuplot";
-    if (::access(exe.c_str(), X_OK) == 0 && fs::is_regular_file(exe)) return exe;
-    start = end + 1;
-  }
-  return std::nullopt;
-}
-
-std::string shell_quote(const std::string& s) {
+// A string as a gnuplot single-quoted literal (a quote inside is doubled).
+std::string gnuplot_quote(const std::string& s) {
   std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  for (char c : s) out += c == '\'' ? std::string("''") : std::string(1, c);
   return out + "'";
 }
 
@@ -79,7 +64,7 @@ void write_plots(const diag::Report& r, const fs::path& dir, const std::string& 
       const auto& m = r.matrices[b];
       const std::size_t t = static_cast<std::size_t>(
           std::find(types.begin(), types.end(), m.type) - types.begin());
-      plot += std::string(plot.empty() ? "plot " : ", \\\n     ") + "'" + stem + ".dat' index " + std::to_string(b) +
+      plot += std::string(plot.empty() ? "plot " : ", \\\n     ") + gnuplot_quote(stem + ".dat") + " index " + std::to_string(b) +
               " with lines lw 1.5 lc rgb '" + colours[t % 7] + "' dt " + std::to_string(m.layer % 5 + 1) +
               " title 'L" + std::to_string(m.layer) + " " + m.type + "'";
     }
@@ -90,27 +75,27 @@ void write_plots(const diag::Report& r, const fs::path& dir, const std::string& 
     for (const char* term : {"pngcairo size 1400,900 noenhanced", "svg size 1400,900 noenhanced dynamic"}) {
       const bool png = std::string(term).starts_with("png");
       out << "set terminal " << term << "\n"
-          << "set output '" << stem << (png ? ".png" : ".svg") << "'\n"
+          << "set output " << gnuplot_quote(stem + (png ? ".png" : ".svg")) << "\n"
           << "set logscale y\nset format y '%.0e'\nset grid\nset xlabel 'index i (descending)'\nset ylabel 'sigma_i'\n"
           << "set title '" << title << "'\nset key outside right top\n"
           << plot << "\nunset output\n";
     }
     if (!out) throw Error("--plots: write error on " + gp.string());
   }
-  const auto gnuplot = find_gnuplot();
-  if (!gnuplot) {
+  const fs::path gnuplot = normlab::find_on_path("gnuplot");
+  if (gnuplot.empty()) {
     std::fprintf(stderr, "normlab-diagnose: gnuplot is not installed (not on PATH); plots skipped, spectra written to %s\n",
                  dat.c_str());
     return;
   }
   const fs::path log = dir / (stem + ".gnuplot.log");
-  const std::string cmd = "cd " + shell_quote(dir.string()) + " && " + shell_quote(gnuplot->string()) + " " +
-                          shell_quote(stem + ".gp") + " > " + shell_quote(log.filename().string()) + " 2>&1";
-  if (std::system(cmd.c_str()) != 0) {
+  std::error_code ec;
+  fs::remove(log, ec);
+  // No shell: the directory and stem are arguments, whatever characters they hold.
+  if (normlab::run_program(gnuplot, {stem + ".gp"}, dir, log) != 0) {
     std::fprintf(stderr, "normlab-diagnose: gnuplot failed (see %s); spectra are in %s\n", log.c_str(), dat.c_str());
     return;
   }
-  std::error_code ec;
   fs::remove(log, ec);  // empty on success
   std::fprintf(stderr, "normlab-diagnose: wrote %s and %s\n", (dir / (stem + ".png")).c_str(),
                (dir / (stem + ".svg")).c_str());

@@ -546,9 +546,16 @@ inline Report diagnose_checkpoint(const std::filesystem::path& path, const Diagn
     mc.n_embd = detail::meta_int(f, "n_embd", 1, std::int64_t(1) << 16);
     mc.n_head = detail::meta_int(f, "n_head", 1, mc.n_embd);
     mc.n_layer = detail::meta_int(f, "n_layer", 1, 4096);
+    // Every real-valued config field the checkpoint records (load_checkpoint
+    // refuses a model built with other values).
+    for (const auto& [key, field] : checkpoint_real_fields())
+      if (meta.count(key)) mc.*field = checkpoint_double(f, key);
     if (meta.count("base_scale")) mc.base_scale = detail::meta_positive_double(f, "base_scale");
     if (meta.count("rmsnorm_eps")) mc.rmsnorm_eps = detail::meta_positive_double(f, "rmsnorm_eps");
-    const std::int64_t seq = meta.count("run.seq") ? detail::meta_int(f, "run.seq", 1, 1 << 16) : 64;
+    // The context the model was built for (anGPT's attention factor depends on it).
+    const std::int64_t seq = meta.count("max_seq")   ? detail::meta_int(f, "max_seq", 1, 1 << 16)
+                             : meta.count("run.seq") ? detail::meta_int(f, "run.seq", 1, 1 << 16)
+                                                     : 64;
     const std::int64_t batch = (td && opt.batches > 0) ? std::max<std::int64_t>(opt.batch_size, 1) : 1;
     // The tensors bound the metadata before anything is allocated.
     const std::int64_t V = mc.vocab_size, C = mc.n_embd;

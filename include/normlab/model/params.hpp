@@ -66,10 +66,14 @@ class ParamStore {
   void finalize() {
     value_.assign(total_, T(0));
     grad_.assign(total_, T(0));
+    scratch_.assign(scratch_size(), T(0));
+  }
+  // Elements of scratch finalize() allocates: the widest dimension of any tensor.
+  std::size_t scratch_size() const {
     std::size_t widest = 0;
     for (const auto& s : specs_)
       for (auto d : s.shape) widest = std::max(widest, static_cast<std::size_t>(d));
-    scratch_.assign(widest, T(0));
+    return widest;
   }
   // One row/column's worth of scratch (the widest dimension), for in-place passes.
   aligned_vector<T>& scratch() { return scratch_; }

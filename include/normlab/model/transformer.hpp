@@ -69,16 +69,42 @@ class Transformer {
       : cfg_(resolve(cfg)), maxB_(max_batch), maxT_(max_seq) {
     cfg_.validate();
     if (max_batch <= 0 || max_seq <= 0) throw Error("Transformer: max_batch and max_seq must be positive");
-    declare_params();
+    declare_params(true);
     Arena<T> counting;
     layout(counting);
     arena_ = Arena<T>(counting.used());
     layout(arena_);
+    // The model's own copy of the last batch's tokens: backward() must not read
+    // the caller's arrays, which may have changed since forward().
+    tokens_.assign(static_cast<std::size_t>(2 * maxB_ * maxT_), 0);
     cpu::rope_table(rope_cos_.data(), rope_sin_.data(), maxT_, cfg_.head_dim(), cfg_.rope_base);
     if constexpr (Scheme::approx_factors) {
       attn_factor_ = cfg_.angpt_attn_factor_mult * angpt_attention_factor(cfg_.head_dim(), maxT_, cfg_.sqk_init);
       mlp_factor_ = cfg_.angpt_mlp_factor_mult * angpt_mlp_factor(cfg_.n_embd);
     }
+  }
+
+  // One model owns one arena its pointers point into: a copy would share (and a
+  // moved-from object would keep) pointers into another model's buffers.
+  Transformer(const Transformer&) = delete;
+  Transformer& operator=(const Transformer&) = delete;
+  Transformer(Transformer&&) = delete;
+  Transformer& operator=(Transformer&&) = delete;
+
+  // Bytes a model of this config needs for max_batch × max_seq tokens, counted by
+  // the same layout code as the real allocation (nothing is allocated but the
+  // RoPE tables' few kilobytes): what a driver checks against the machine's
+  // memory before it builds the model.
+  struct MemoryPlan {
+    std::size_t parameters = 0;   // values
+    std::size_t gradients = 0;    // one gradient per value
+    std::size_t scratch = 0;      // per-tensor scratch of the parameter store
+    std::size_t activations = 0;  // the arena: everything forward keeps for backward
+    std::size_t tokens = 0;       // the model's copy of a batch's inputs and targets
+    std::size_t total() const { return parameters + gradients + scratch + activations + tokens; }
+  };
+  static MemoryPlan memory_plan(const ModelConfig& cfg, std::int64_t max_batch, std::int64_t max_seq) {
+    return Transformer(PlanOnly{}, cfg, max_batch, max_seq).plan_;
   }
 
   const ModelConfig& config() const { return cfg_; }
@@ -127,14 +153,20 @@ class Transformer {
     check_tokens(idx, B * Tn, "token");
     B_ = B;
     T_ = Tn;
-    idx_ = idx;
-    targets_ = targets;
+    const std::size_t n = static_cast<std::size_t>(B * Tn);
+    std::copy_n(idx, n, tokens_.data());
+    idx_ = tokens_.data();
+    targets_ = nullptr;
+    if (targets) {
+      std::copy_n(targets, n, tokens_.data() + maxB_ * maxT_);
+      targets_ = tokens_.data() + maxB_ * maxT_;
+    }
     cpu::embedding_forward(acts_[0].h_in, idx, P(wte_), B * Tn, cfg_.n_embd);
     for (std::int64_t l = 0; l < cfg_.n_layer; ++l) layer_forward(l, B, Tn, nullptr, 0);
     head_forward(B * Tn);
     if (!targets) return 0.0;
-    check_tokens(targets, B * Tn, "target");
-    return cpu::cross_entropy<T>(nullptr, logits(), targets, B * Tn, cfg_.vocab_size);
+    check_tokens(targets_, B * Tn, "target");
+    return cpu::cross_entropy<T>(nullptr, logits(), targets_, B * Tn, cfg_.vocab_size);
   }
 
   // Keys and values of every layer for incremental decoding: (L, max_seq, C) each,
@@ -332,7 +364,23 @@ class Transformer {
     return c;
   }
 
-  void declare_params() {
+  // A model that only counts (memory_plan): parameters declared, nothing allocated.
+  struct PlanOnly {};
+  Transformer(PlanOnly, ModelConfig cfg, std::int64_t max_batch, std::int64_t max_seq)
+      : cfg_(resolve(cfg)), maxB_(max_batch), maxT_(max_seq) {
+    cfg_.validate();
+    if (max_batch <= 0 || max_seq <= 0) throw Error("Transformer: max_batch and max_seq must be positive");
+    declare_params(false);
+    Arena<T> counting;
+    layout(counting);
+    plan_.parameters = params_.size() * sizeof(T);
+    plan_.gradients = params_.size() * sizeof(T);
+    plan_.scratch = params_.scratch_size() * sizeof(T);
+    plan_.activations = counting.used() * sizeof(T);
+    plan_.tokens = std::size_t(2 * max_batch * max_seq) * sizeof(std::int64_t);
+  }
+
+  void declare_params(bool allocate) {
     const std::int64_t C = cfg_.n_embd, V = cfg_.vocab_size, F = 4 * C;
     const NormAxis rows = NormAxis::rows, cols = NormAxis::cols;
     wte_ = params_.add("transformer.wte.weight", {V, C}, ParamRole::matrix, rows);
@@ -365,7 +413,7 @@ class Transformer {
     if constexpr (Scheme::rmsnorm_inputs) ln_f_ = params_.add("rmsnorm_f.weight", {C}, ParamRole::gain);
     lm_head_ = params_.add("lm_head.weight", {V, C}, ParamRole::matrix, rows);
     if constexpr (Scheme::scaled_logits) sz_ = params_.add("sz", {scale_len(V)}, ParamRole::scale);
-    params_.finalize();
+    if (allocate) params_.finalize();
   }
 
   // Every buffer of a step, from one arena; called twice (count, then bind).
@@ -613,8 +661,10 @@ class Transformer {
   T* d_scale_ = nullptr;    // (max(2F,V)) gradient of an expanded scale before folding
   double attn_factor_ = 1.0, mlp_factor_ = 1.0;  // anGPT output factors
   std::int64_t B_ = 0, T_ = 0;
-  const std::int64_t* idx_ = nullptr;
-  const std::int64_t* targets_ = nullptr;
+  std::vector<std::int64_t> tokens_;        // (2, maxB·maxT): inputs | targets of the last forward
+  const std::int64_t* idx_ = nullptr;       // into tokens_
+  const std::int64_t* targets_ = nullptr;   // into tokens_, null after a forward without targets
+  MemoryPlan plan_;                         // filled by the counting constructor only
 };
 
 template <class T>

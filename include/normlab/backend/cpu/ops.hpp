@@ -8,6 +8,11 @@
 //  * reductions over rows into a parameter gradient go through column_reduce so
 //    results do not depend on the thread count (resume must be bit-exact).
 #include <Eigen/Core>
+
+// cpu::gemm drives Eigen's own GEBP product kernels (gebp_kernel, gemm_pack_lhs/rhs,
+// their 3.4 signatures); with Eigen 3.3 it would not compile or would misbehave.
+static_assert(EIGEN_VERSION_AT_LEAST(3, 4, 0),
+              "normlab: the CPU backend needs Eigen 3.4 or later (its GEMM uses Eigen 3.4's product kernels)");
 #ifdef _OPENMP
 #include <omp.h>
 #endif

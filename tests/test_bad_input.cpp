@@ -1,0 +1,300 @@
+// Bad input, end to end: every flag family of the trainers refused at parse time
+// with a sentence (exit 2), runs too large for the machine refused with the
+// planned figures before anything is allocated, non-finite checkpoints refused
+// by every loader naming the tensor, and the hazards a read of the code found
+// (copyable models, borrowed token pointers, checkpoints that did not record
+// the whole config, shell-quoted paths). docs/reliability.md lists each case.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "normlab/core/process.hpp"
+#include "normlab/train/checkpoint.hpp"
+#include "normlab/train/driver.hpp"
+#include "normlab/train/variants.hpp"
+
+using namespace normlab;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path scratch(const std::string& name) {
+  const fs::path p = fs::temp_directory_path() / ("normlab_bad_input_" + std::to_string(::getpid())) / name;
+  fs::create_directories(p);
+  return p;
+}
+
+struct Ran {
+  int rc = -1;
+  std::string out;  // stdout and stderr together
+};
+
+Ran run(const std::string& exe, const std::vector<std::string>& args) {
+  static int n = 0;
+  const fs::path log = scratch("logs") / ("run" + std::to_string(++n) + ".log");
+  fs::remove(log);
+  Ran r;
+  r.rc = run_program(exe, args, {}, log);
+  std::ifstream in(log);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  r.out = ss.str();
+  return r;
+}
+
+// What no message may contain: a raw exception name, or a number over 20 digits
+// (CLI11's "Value 0 not in range 0.000000 to 17976931348623157…").
+void check_readable(const Ran& r) {
+  INFO(r.out);
+  CHECK(r.out.find("std::") == std::string::npos);
+  CHECK_FALSE(std::regex_search(r.out, std::regex("[0-9]{21,}")));
+}
+
+ModelConfig tiny_config() {
+  ModelConfig c;
+  c.vocab_size = 256;
+  c.n_embd = 16;
+  c.n_head = 2;
+  c.n_layer = 1;
+  return c;
+}
+
+// A checkpoint written the way a user's own loop would: save_checkpoint and nothing else.
+template <class Model>
+fs::path user_checkpoint(const std::string& name, const ModelConfig& c, std::int64_t T,
+                         const std::function<void(Model&)>& edit = {}) {
+  Model m(c, 1, T);
+  m.init(3);
+  if (edit) edit(m);
+  const fs::path p = scratch("ckpts") / (name + ".safetensors");
+  save_checkpoint(p, m, static_cast<const AdamW<float>*>(nullptr));
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("bad input: every flag family of a trainer is refused at parse time with a sentence") {
+  struct Case {
+    std::vector<std::string> args;
+    std::string expect;
+  };
+  const std::vector<Case> cases = {
+      {{"--d", "0"}, "--d: must be a positive integer, got 0"},
+      {{"--layers", "-1"}, "--layers: must be a positive integer, got -1"},
+      {{"--heads", "1.5"}, "--heads: must be a positive integer, got 1.5"},
+      {{"--steps", "many"}, "--steps: must be a positive integer, got many"},
+      {{"--batch", "99999999999999999999999"}, "--batch: must be a positive integer"},
+      {{"--lr", "-1"}, "--lr: must be a positive finite number, got -1"},
+      {{"--lr", "nan"}, "--lr: must be a positive finite number, got nan"},
+      {{"--lr", "inf"}, "--lr: must be a positive finite number, got inf"},
+      {{"--lr", "1e999"}, "--lr: must be a positive finite number, got 1e999"},
+      {{"--min-lr", "-0.1"}, "--min-lr: must be a non-negative finite number"},
+      {{"--weight-decay", "nan"}, "--weight-decay: must be a non-negative finite number"},
+      {{"--grad-clip", "-1"}, "--grad-clip: must be a non-negative finite number"},
+      {{"--warmup", "-2"}, "--warmup: must be a non-negative integer, got -2"},
+      {{"--threads", "-3"}, "--threads: must be an integer from 0 to 1024, got -3"},
+      {{"--threads", "5000"}, "--threads: must be an integer from 0 to 1024"},
+      {{"--vocab", "0"}, "--vocab: must be an integer from 1 to 65536"},
+      {{"--seed", "-1"}, "--seed: must be a non-negative integer"},
+      {{"--eval-batches", "0"}, "--eval-batches: must be a positive integer"},
+      {{"--max-memory", "lots"}, "--max-memory: must be a positive size such as 512M or 8G, got lots"},
+      {{"--temperature", "-1", "--sample", "x"}, "--temperature: must be a non-negative finite number"},
+      {{"--tokens", "0", "--sample", "x"}, "--tokens: must be a positive integer"},
+      {{"--on-nonfinite", "ignore"}, "--on-nonfinite"},
+      {{"--min-lr", "1", "--lr", "0.1"}, "--min-lr 1 must not exceed --lr 0.1"},
+      {{"--d", "30", "--heads", "4"}, "--d 30 must be a multiple of --heads 4"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> args = {"--data", "synthetic", "--steps", "1", "--quiet", "--out",
+                                     scratch("flags").string()};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    const Ran r = run(NORMLAB_TRAIN_GPT_EXE, args);
+    INFO("args: " << c.args[0] << " " << c.args[1] << "\n" << r.out);
+    CHECK(r.rc == 2);
+    CHECK(r.out.find(c.expect) != std::string::npos);
+    check_readable(r);
+  }
+}
+
+TEST_CASE("bad input: a run too large for the machine is refused with the planned figures") {
+  // 100000 x 4096 tokens at d = 1024: terabytes of activations; was std::bad_alloc.
+  const Ran big = run(NORMLAB_TRAIN_GPT_EXE, {"--data", "synthetic", "--batch", "100000", "--seq", "4096", "--d", "1024",
+                                               "--out", scratch("big").string()});
+  INFO(big.out);
+  CHECK(big.rc == 2);
+  CHECK(big.out.find("memory: --batch 100000 x --seq 4096") != std::string::npos);
+  CHECK(big.out.find("activations") != std::string::npos);
+  CHECK(big.out.find("lower --batch or --seq") != std::string::npos);
+  check_readable(big);
+  // A limit of our own: the same small run passes under 1G and is refused under 100K (it plans 0.3 MiB).
+  const std::vector<std::string> small = {"--data", "synthetic", "--steps", "1", "--d", "16", "--layers", "1",
+                                          "--heads", "2", "--seq", "16", "--batch", "2", "--eval-batches", "1",
+                                          "--out", scratch("small").string()};
+  std::vector<std::string> a = small, b = small;
+  a.insert(a.end(), {"--max-memory", "1G"});
+  b.insert(b.end(), {"--max-memory", "100K"});
+  const Ran ok = run(NORMLAB_TRAIN_GPT_EXE, a);
+  INFO(ok.out);
+  CHECK(ok.rc == 0);
+  CHECK(std::regex_search(ok.out, std::regex("memory: [0-9.]+ MiB planned \\(parameters")));
+  const Ran refused = run(NORMLAB_TRAIN_GPT_EXE, b);
+  INFO(refused.out);
+  CHECK(refused.rc == 2);
+  CHECK(refused.out.find("more than the --max-memory limit, 0.1 MiB") != std::string::npos);
+}
+
+TEST_CASE("bad input: the memory plan counts what the model allocates") {
+  // The plan uses the model's own layout code; its parameter count is the real one.
+  const ModelConfig c = tiny_config();
+  const auto plan = GPT<float>::memory_plan(c, 3, 17);
+  GPT<float> m(c, 3, 17);
+  CHECK(plan.parameters == m.params().size() * sizeof(float));
+  CHECK(plan.gradients == plan.parameters);
+  CHECK(plan.activations > 3 * 17 * c.vocab_size * sizeof(float));  // at least the logits
+  CHECK(plan.tokens == 2 * 3 * 17 * sizeof(std::int64_t));
+}
+
+TEST_CASE("bad input: every loader refuses a checkpoint with a non-finite parameter, naming the tensor") {
+  const fs::path nan_ckpt = user_checkpoint<GPT<float>>("nan_wte", tiny_config(), 32, [](GPT<float>& m) {
+    m.params().value(m.params().spec("transformer.wte.weight").offset)[5] = std::numeric_limits<float>::quiet_NaN();
+  });
+  // The library loader (resume, sample, golden and diagnose all go through it).
+  GPT<float> m(tiny_config(), 1, 32);
+  const auto f = io::SafetensorsFile::open(nan_ckpt);
+  try {
+    load_checkpoint(f, m, static_cast<AdamW<float>*>(nullptr));
+    FAIL("a NaN embedding was loaded");
+  } catch (const Error& e) {
+    CHECK_THAT(e.what(), Catch::Contains("'transformer.wte.weight' holds a non-finite value") &&
+                             Catch::Contains("nan_wte.safetensors") && Catch::Contains("element 5"));
+  }
+  // --sample printed garbage text and exited 0.
+  const Ran s = run(NORMLAB_TRAIN_GPT_EXE, {"--sample", nan_ckpt.string(), "--tokens", "5"});
+  INFO(s.out);
+  CHECK(s.rc == 2);
+  CHECK(s.out.find("transformer.wte.weight") != std::string::npos);
+  check_readable(s);
+  // normlab-diagnose.
+  const Ran d = run(NORMLAB_DIAGNOSE_EXE, {nan_ckpt.string()});
+  INFO(d.out);
+  CHECK(d.rc == 2);
+  CHECK(d.out.find("transformer.wte.weight") != std::string::npos);
+  // --resume of a run whose checkpoint went bad.
+  const fs::path run_dir = scratch("nan_resume");
+  fs::copy_file(nan_ckpt, run_dir / "ckpt.safetensors", fs::copy_options::overwrite_existing);
+  const Ran r = run(NORMLAB_TRAIN_GPT_EXE, {"--data", "synthetic", "--d", "16", "--layers", "1", "--heads", "2",
+                                            "--seq", "32", "--resume", "--out", run_dir.string()});
+  INFO(r.out);
+  CHECK(r.rc == 2);
+  CHECK(r.out.find("non-finite") != std::string::npos);
+}
+
+TEST_CASE("hazard: a model cannot be copied or moved (its pointers point into its own arena)") {
+  STATIC_REQUIRE_FALSE(std::is_copy_constructible_v<GPT<float>>);
+  STATIC_REQUIRE_FALSE(std::is_copy_assignable_v<NGPT<double>>);
+  STATIC_REQUIRE_FALSE(std::is_move_constructible_v<ANGPT<float>>);
+  STATIC_REQUIRE_FALSE(std::is_move_assignable_v<GPT<double>>);
+}
+
+TEST_CASE("hazard: backward() uses the tokens of its forward(), not the caller's arrays as they are now") {
+  const ModelConfig c = tiny_config();
+  const std::int64_t B = 2, T = 8;
+  std::vector<std::int64_t> idx(B * T), tgt(B * T);
+  for (std::int64_t i = 0; i < B * T; ++i) {
+    idx[i] = (i * 37) % 256;
+    tgt[i] = (i * 11 + 5) % 256;
+  }
+  GPT<double> clean(c, B, T), scribbled(c, B, T);
+  clean.init(4);
+  scribbled.init(4);
+  clean.forward(idx.data(), tgt.data(), B, T);
+  clean.backward();
+  std::vector<std::int64_t> idx2 = idx, tgt2 = tgt;
+  scribbled.forward(idx2.data(), tgt2.data(), B, T);
+  std::fill(idx2.begin(), idx2.end(), 0);  // the caller reuses its buffers
+  std::fill(tgt2.begin(), tgt2.end(), 1);
+  scribbled.backward();
+  // Same arithmetic on the same tokens: bit-identical gradients.
+  CHECK(clean.params().grads() == scribbled.params().grads());
+}
+
+TEST_CASE("hazard: a checkpoint records and checks every config value that changes the function") {
+  const ModelConfig c = tiny_config();
+  const fs::path p = user_checkpoint<NGPT<float>>("ngpt_cfg", c, 32);
+  const auto f = io::SafetensorsFile::open(p);
+  struct Change {
+    const char* key;
+    std::function<void(ModelConfig&)> edit;
+  };
+  const std::vector<Change> changes = {
+      {"rmsnorm_eps", [](ModelConfig& m) { m.rmsnorm_eps = 1e-5; }},
+      {"rope_base", [](ModelConfig& m) { m.rope_base = 500000; }},
+      {"base_scale", [](ModelConfig& m) { m.base_scale = 0.1; }},
+      {"alpha_init", [](ModelConfig& m) { m.alpha_init = 0.1; }},
+      {"sqk_init", [](ModelConfig& m) { m.sqk_init = 2; }},
+      {"suv_init", [](ModelConfig& m) { m.suv_init = 2; }},
+      {"sz_init", [](ModelConfig& m) { m.sz_init = 2; }},
+      {"angpt_attn_factor_mult", [](ModelConfig& m) { m.angpt_attn_factor_mult = 2; }},
+      {"angpt_mlp_factor_mult", [](ModelConfig& m) { m.angpt_mlp_factor_mult = 0.5; }},
+  };
+  for (const Change& ch : changes) {
+    ModelConfig other = c;
+    ch.edit(other);
+    NGPT<float> m(other, 1, 32);
+    INFO(ch.key);
+    CHECK_THROWS_WITH(load_checkpoint(f, m, static_cast<AdamW<float>*>(nullptr)),
+                      Catch::Contains(std::string("checkpoint has ") + ch.key + " = "));
+  }
+  NGPT<float> same(c, 1, 32);
+  CHECK_NOTHROW(load_checkpoint(f, same, static_cast<AdamW<float>*>(nullptr)));
+  // anGPT's attention factor depends on the context it was built for.
+  const fs::path a = user_checkpoint<ANGPT<float>>("angpt_ctx", c, 64);
+  const auto fa = io::SafetensorsFile::open(a);
+  ANGPT<float> longer(c, 1, 256);
+  CHECK_THROWS_WITH(load_checkpoint(fa, longer, static_cast<AdamW<float>*>(nullptr)),
+                    Catch::Contains("attn_output_factor") && Catch::Contains("context of 64 tokens") &&
+                        Catch::Contains("context 256"));
+  ANGPT<float> same_ctx(c, 1, 64);
+  CHECK_NOTHROW(load_checkpoint(fa, same_ctx, static_cast<AdamW<float>*>(nullptr)));
+  // The config read back is the one written.
+  const ModelConfig back = checkpoint_config(f);
+  CHECK(back.rope_base == c.rope_base);
+  CHECK(back.base_scale == 1.0 / std::sqrt(16.0));
+  CHECK(checkpoint_max_seq(f) == 32);
+}
+
+TEST_CASE("hazard: a checkpoint from a user's own loop can be sampled (it records max_seq)") {
+  const fs::path p = user_checkpoint<GPT<float>>("user_loop", tiny_config(), 48);
+  const Ran s = run(NORMLAB_TRAIN_GPT_EXE, {"--sample", p.string(), "--prompt", "ab", "--tokens", "7"});
+  INFO(s.out);
+  CHECK(s.rc == 0);
+  CHECK(s.out.rfind("ab", 0) == 0);
+}
+
+TEST_CASE("hazard: tools run other programs without a shell, so any character in a path is safe") {
+  // normlab-diagnose --plots ran gnuplot through std::system with quoted paths.
+  REQUIRE_FALSE(find_on_path("gnuplot").empty());  // installed by scripts/bootstrap.sh
+  const fs::path ck = user_checkpoint<GPT<float>>("plot_me", tiny_config(), 16);
+  const fs::path dir = scratch("it's a \"dir\" with $HOME and `ticks`");
+  const Ran d = run(NORMLAB_DIAGNOSE_EXE, {ck.string(), "--plots", dir.string()});
+  INFO(d.out);
+  CHECK(d.rc == 0);
+  bool png = false;
+  for (const auto& e : fs::directory_iterator(dir)) png = png || (e.path().extension() == ".png" && fs::file_size(e.path()) > 1000);
+  CHECK(png);
+  // run_program itself: arguments arrive byte for byte.
+  const fs::path out = scratch("argv") / "out.txt";
+  const std::string weird = "a'b\"c $x `y` \\z";
+  REQUIRE(run_program(find_on_path("sh"), {"-c", "printf '%s' \"$1\" > \"$2\"", "sh", weird, out.string()}) == 0);
+  std::ifstream in(out);
+  std::string got((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK(got == weird);
+}
