@@ -121,11 +121,11 @@ int main(int argc, char** argv) {
                                   "hidden-state norms and attention entropy on validation batches");
   app.add_option("--data-dir", data_dir, "where the Brown corpus is cached")->capture_default_str()->needs(data_opt);
   app.add_option("--vocab", vocab, "vocabulary of train.bin/val.bin shards (default: the checkpoint's)")
-      ->needs(data_opt)->check(CLI::PositiveNumber);
+      ->needs(data_opt)->check(normlab::cli::integer(1, 65536));
   app.add_option("--batches", batches, "validation batches for --data")->capture_default_str()
-      ->check(CLI::PositiveNumber)->needs(data_opt);
+      ->check(normlab::cli::integer(1, 100000))->needs(data_opt);
   app.add_option("--batch", batch, "sequences per validation batch (each run.seq tokens long)")
-      ->capture_default_str()->check(CLI::PositiveNumber)->needs(data_opt);
+      ->capture_default_str()->check(normlab::cli::integer(1, 4096))->needs(data_opt);
   app.add_option("--plots", plots, "write singular-value spectra plots (PNG and SVG via gnuplot) into this directory");
   try {
     app.parse(argc, argv);

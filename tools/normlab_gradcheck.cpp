@@ -3,6 +3,8 @@
 // over a sample of entries of every parameter tensor. One row per variant;
 // exit 0 only if every variant is within 1e-6.
 #include <CLI/CLI.hpp>
+
+#include "normlab/train/cli.hpp"
 #include <cstdio>
 
 #include "normlab/train/gradcheck.hpp"
@@ -16,9 +18,18 @@ int main(int argc, char** argv) {
   std::uint64_t seed = 41;
   auto* v = app.add_option("--variant", variant, "one variant (" + normlab::known_variants() + ")");
   app.add_flag("--all", all, "every variant")->excludes(v);
-  app.add_option("--samples", samples, "entries checked per parameter tensor (0 = all)")->capture_default_str();
-  app.add_option("--seed", seed, "seed of the probe model")->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
+  app.add_option("--samples", samples, "entries checked per parameter tensor (0 = all)")->capture_default_str()
+      ->check(normlab::cli::non_negative_integer());
+  app.add_option("--seed", seed, "seed of the probe model")->capture_default_str()
+      ->check(normlab::cli::non_negative_integer());
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return 2;  // bad input, as every normlab tool
+  }
   if (!all && variant.empty()) {
     std::fprintf(stderr, "normlab-gradcheck: give --variant NAME or --all\n");
     return 2;

@@ -14,6 +14,7 @@
 #include "normlab/io/safetensors.hpp"
 #include "normlab/model/transformer.hpp"
 #include "normlab/optim/adamw.hpp"
+#include "normlab/train/checkpoint.hpp"
 #include "normlab/train/step.hpp"
 #include "normlab/train/variants.hpp"
 
@@ -117,8 +118,10 @@ GoldenReport run_golden_model(const io::SafetensorsFile& f, const std::string& v
 
   Model model(mc, B, Tn);
   auto& store = model.params();
-  for (const ParamSpec& s : store.specs())
+  for (const ParamSpec& s : store.specs()) {
     f.read_into<T>("init/" + s.name, s.shape, std::span<T>(store.value(s.offset), s.numel));
+    require_finite_tensor<T>(std::span<const T>(store.value(s.offset), s.numel), f.source(), "init/" + s.name);
+  }
   AdamW<T> opt(store, oc);
 
   GoldenReport rep;
