@@ -18,6 +18,7 @@ targets=(normlab-ablate)
 for v in ${VARIANTS//,/ }; do targets+=("train-$v"); done
 cmake --build build -j 2 --target "${targets[@]}"
 bash scripts/fetch-corpus.sh data
+# The corpus lives in the repository's data/ (the trainers' own default is ~/.cache/normlab).
 ./build/normlab-ablate --variants "$VARIANTS" --seeds "$SEEDS" --out "$OUT" -- \
-  --data brown --steps "$STEPS" --batch 16 --seq 128 --d 128 --layers 4 --heads 4 \
+  --data brown --data-dir "$PWD/data" --steps "$STEPS" --batch 16 --seq 128 --d 128 --layers 4 --heads 4 \
   --eval-every 50 --eval-batches 8 --ckpt-every 200 "$@"

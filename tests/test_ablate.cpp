@@ -250,9 +250,41 @@ TEST_CASE("ablate: baseline seeds straddling their mean: honest baseline row, sp
                            make_run(tmp.path, "ngpt", 2, linear(4.0, 0.0, 1.0), 0.1)}});
   const std::string md = ab::results_markdown(runs, {});
   INFO(md);
-  CHECK(row_of(md, "gpt (baseline)").find("not reached in 1/2 seeds") != std::string::npos);
+  CHECK(row_of(md, "gpt (baseline)").find("not reached in 1/2 seeds | 1.00 |") != std::string::npos);
   CHECK(md.find("1/2 baseline seeds end above") != std::string::npos);
-  CHECK(row_of(md, "ngpt").find("| 50000 ± 0 | 2.00 | 5.0 ± 0.0 | 2.00 |") != std::string::npos);
+  // The reference is the seed that reaches 2.0: 4.0 -> 1.9 linearly over 100k tokens
+  // crosses 2.0 at 100k * 2.0/2.1 = 95238 tokens (9.52 s); ngpt needs 50k (5 s).
+  const ab::Analysis a = ab::analyze(runs);
+  CHECK(a.ref_tokens == Approx(100000.0 * 2.0 / 2.1));
+  CHECK(row_of(md, "ngpt").find("| 50000 ± 0 | 1.90 | 5.0 ± 0.0 | 1.90 |") != std::string::npos);
+}
+
+TEST_CASE("ablate: the baseline row is 1.00 even when it touched its final loss before its last eval",
+          "[ablate]") {
+  // The README's case: gpt reached its own final loss before its last eval, so
+  // against its whole budget it "sped up" 1.08x over itself and flattered the
+  // other rows. gpt: 4.0 at 0, 1.8 at 50k, 2.0 at 100k (final; target 2.0):
+  // first reach at 50k * (4.0-2.0)/(4.0-1.8) = 45455 tokens.
+  TempDir tmp;
+  const fs::path dir = tmp.path / "gpt" / "seed1";
+  write(dir / "metrics.jsonl",
+        "{\"step\": 0, \"tokens\": 0, \"val_loss\": 4.0, \"elapsed_s\": 0.0}\n"
+        "{\"step\": 5, \"tokens\": 50000, \"val_loss\": 1.8, \"elapsed_s\": 5.0}\n"
+        "{\"step\": 10, \"tokens\": 100000, \"val_loss\": 2.0, \"elapsed_s\": 10.0}\n");
+  write(dir / "summary.json",
+        "{\"variant\": \"gpt\", \"seed\": 1, \"steps\": 10, \"tokens\": 100000, \"final_val_loss\": 2.0, "
+        "\"mean_step_time_s\": 0.1, \"total_time_s\": 10.0}");
+  std::vector<ab::VariantRuns> runs;
+  runs.push_back({"gpt", {ab::load_run(dir, "gpt", 1)}});
+  runs.push_back({"angpt", {make_run(tmp.path, "angpt", 1, linear(4.0, 0.0, 1.0), 0.1)}});  // 2.0 at 50k
+  const ab::Analysis a = ab::analyze(runs);
+  CHECK(a.ref_tokens == Approx(50000.0 * 2.0 / 2.2));
+  REQUIRE(a.rows.size() == 2);
+  CHECK(*a.rows[0].speedup_tokens == 1.0);  // exactly, by definition
+  CHECK(*a.rows[1].speedup_tokens == Approx((50000.0 * 2.0 / 2.2) / 50000.0));  // 0.91, not 2.0
+  const std::string md = ab::results_markdown(runs, {});
+  INFO(md);
+  CHECK(row_of(md, "gpt (baseline)").find("| 45455 | 1.00 |") != std::string::npos);
 }
 
 TEST_CASE("ablate: a diverged baseline gives no target and no made-up speedups", "[ablate]") {
@@ -483,6 +515,66 @@ TEST_CASE("ablate: normlab-ablate stops when a trainer fails, naming it and its 
                        "' -- --seed 5",
                    log) == 2);
   CHECK(slurp(log).find("--seeds") != std::string::npos);
+}
+
+TEST_CASE("ablate: a rerun resumes the study: finished runs skipped, interrupted ones resumed", "[ablate][cli]") {
+  TempDir tmp;
+  const fs::path bin = tmp.path / "bin", out = tmp.path / "out", log = tmp.path / "log.txt";
+  fs::create_directories(bin);
+  fake_trainer(bin, "gpt", 2.0);
+  fake_trainer(bin, "ngpt", 0.0);
+  const std::string args = "--variants gpt,ngpt --seeds 1,2 --out '" + out.string() + "' --bin-dir '" + bin.string() +
+                           "' -- --steps 100";
+  REQUIRE(run_ablate(args, log) == 0);
+  // ngpt seed 2 "interrupted": a checkpoint, no summary.
+  fs::remove(out / "ngpt" / "seed2" / "summary.json");
+  write(out / "ngpt" / "seed2" / "ckpt.safetensors", "x");
+  REQUIRE(run_ablate(args, log) == 0);
+  const std::string text = slurp(log);
+  INFO(text);
+  CHECK(text.find("gpt seed 1 finished earlier") != std::string::npos);
+  CHECK(text.find("ngpt seed 1 finished earlier") != std::string::npos);
+  CHECK(text.find("fake train-gpt seed 1") == std::string::npos);  // not retrained
+  CHECK(text.find("run 4/4 (resuming)") != std::string::npos);
+  CHECK(slurp(out / "ngpt" / "seed2" / "args.txt").find("--resume\n") != std::string::npos);
+  // Other trainer flags into the same study are refused (they would mix).
+  CHECK(run_ablate("--variants gpt,ngpt --seeds 1,2 --out '" + out.string() + "' --bin-dir '" + bin.string() +
+                       "' -- --steps 200",
+                   log) == 2);
+  CHECK(slurp(log).find("holds a study run with other trainer flags") != std::string::npos);
+}
+
+TEST_CASE("ablate: a report on another variant set is named by it and never replaces results.md", "[ablate][cli]") {
+  TempDir tmp;
+  const fs::path bin = tmp.path / "bin", out = tmp.path / "out", log = tmp.path / "log.txt";
+  fs::create_directories(bin);
+  fake_trainer(bin, "gpt", 2.0);
+  fake_trainer(bin, "ngpt", 0.0);
+  REQUIRE(run_ablate("--variants gpt,ngpt --seeds 1 --out '" + out.string() + "' --bin-dir '" + bin.string() + "'",
+                     log) == 0);
+  const std::string before = slurp(out / "results.md");
+  REQUIRE(run_ablate("--report-only --variants ngpt --out '" + out.string() + "'", log, "PATH=/nonexistent") == 0);
+  CHECK(slurp(out / "results.md") == before);
+  REQUIRE(fs::exists(out / "results-ngpt.md"));
+  CHECK(slurp(out / "results-ngpt.md").find("ngpt (baseline)") != std::string::npos);
+  CHECK(fs::exists(out / "loss-ngpt.gp"));
+}
+
+TEST_CASE("ablate: usage mistakes get a sentence that says what to do", "[ablate][cli]") {
+  TempDir tmp;
+  const fs::path bin = tmp.path / "bin", out = tmp.path / "out", log = tmp.path / "log.txt";
+  fs::create_directories(bin);
+  fake_trainer(bin, "gpt", 2.0);
+  // An unknown variant lists the known ones.
+  CHECK(run_ablate("--variants gpt,nGPT --seeds 1 --out '" + out.string() + "' --bin-dir '" + bin.string() + "'",
+                   log) == 2);
+  CHECK(slurp(log).find("unknown variant 'nGPT' (known: gpt, ") != std::string::npos);
+  // Trainer flags without the lone "--".
+  CHECK(run_ablate("--variants gpt --seeds 1 --out '" + out.string() + "' --steps 10", log) == 2);
+  CHECK(slurp(log).find("hint: flags for the trainers go after a lone --") != std::string::npos);
+  // --seeds forgotten.
+  CHECK(run_ablate("--variants gpt --out '" + out.string() + "' --bin-dir '" + bin.string() + "'", log) == 2);
+  CHECK(slurp(log).find("--seeds is required") != std::string::npos);
 }
 
 #endif  // NORMLAB_ABLATE_EXE

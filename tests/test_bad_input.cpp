@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -136,11 +137,10 @@ TEST_CASE("bad input: a run too large for the machine is refused with the planne
   check_readable(big);
   // A limit of our own: the same small run passes under 1G and is refused under 100K (it plans 0.3 MiB).
   const std::vector<std::string> small = {"--data", "synthetic", "--steps", "1", "--d", "16", "--layers", "1",
-                                          "--heads", "2", "--seq", "16", "--batch", "2", "--eval-batches", "1",
-                                          "--out", scratch("small").string()};
+                                          "--heads", "2", "--seq", "16", "--batch", "2", "--eval-batches", "1"};
   std::vector<std::string> a = small, b = small;
-  a.insert(a.end(), {"--max-memory", "1G"});
-  b.insert(b.end(), {"--max-memory", "100K"});
+  a.insert(a.end(), {"--max-memory", "1G", "--overwrite", "--out", scratch("small_ok").string()});
+  b.insert(b.end(), {"--max-memory", "100K", "--out", scratch("small_refused").string()});
   const Ran ok = run(NORMLAB_TRAIN_GPT_EXE, a);
   INFO(ok.out);
   CHECK(ok.rc == 0);
@@ -297,4 +297,112 @@ TEST_CASE("hazard: tools run other programs without a shell, so any character in
   std::ifstream in(out);
   std::string got((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   CHECK(got == weird);
+}
+
+// ---------------------------------------------------------------- the user's path (issue 23)
+
+namespace {
+std::vector<nlohmann::json> metrics_of(const fs::path& dir) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(dir / "metrics.jsonl");
+  std::string line;
+  while (std::getline(in, line))
+    if (!line.empty()) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+nlohmann::json summary_of(const fs::path& dir) {
+  std::ifstream in(dir / "summary.json");
+  return nlohmann::json::parse(in);
+}
+const std::vector<std::string> kTiny = {"--data", "synthetic", "--d", "16", "--layers", "1", "--heads", "2",
+                                        "--seq", "16", "--batch", "2", "--eval-every", "5", "--eval-batches", "1",
+                                        "--quiet"};
+std::vector<std::string> tiny_with(std::initializer_list<std::string> more) {
+  std::vector<std::string> a = kTiny;
+  a.insert(a.end(), more);
+  return a;
+}
+}  // namespace
+
+TEST_CASE("user path: time survives an interruption (elapsed_s and the summary's totals)") {
+  const fs::path dir = scratch("timed");
+  fs::remove_all(dir);
+  REQUIRE(run(NORMLAB_TRAIN_GPT_EXE, tiny_with({"--steps", "20", "--stop-at", "10", "--out", dir.string()})).rc == 0);
+  const double at10 = metrics_of(dir).back().at("elapsed_s").get<double>();
+  REQUIRE(run(NORMLAB_TRAIN_GPT_EXE, tiny_with({"--steps", "20", "--resume", "--out", dir.string()})).rc == 0);
+  const auto m = metrics_of(dir);
+  REQUIRE(m.size() == 20);
+  // elapsed_s restarted from 0 at step 11: it must keep growing across the resume.
+  double prev = 0, step_sum = 0;
+  for (const auto& j : m) {
+    CHECK(j.at("elapsed_s").get<double>() >= prev);
+    prev = j.at("elapsed_s").get<double>();
+    step_sum += j.at("step_time_s").get<double>();
+  }
+  CHECK(m[10].at("elapsed_s").get<double>() >= at10);
+  const auto s = summary_of(dir);
+  // total_time_s covered only the resumed half; now it covers the whole run.
+  CHECK(s.at("total_time_s").get<double>() >= prev);
+  CHECK(s.at("total_time_s").get<double>() >= at10);
+  // mean step time over all 20 steps, as the metrics say (5% for rounding in the JSON).
+  CHECK(s.at("mean_step_time_s").get<double>() == Approx(step_sum / 20).epsilon(0.05));
+}
+
+TEST_CASE("user path: a resume may grow --steps for every variant (warmup kept from the checkpoint)") {
+  // GPT's default warmup is steps/10: 20 steps -> 2; resuming with --steps 30 used to
+  // recompute 3 and refuse with "checkpoint has warmup = 2, this run has 3".
+  const fs::path dir = scratch("grow");
+  fs::remove_all(dir);
+  REQUIRE(run(NORMLAB_TRAIN_GPT_EXE, tiny_with({"--steps", "20", "--stop-at", "4", "--out", dir.string()})).rc == 0);
+  const Ran r = run(NORMLAB_TRAIN_GPT_EXE, tiny_with({"--steps", "30", "--resume", "--out", dir.string()}));
+  INFO(r.out);
+  CHECK(r.rc == 0);
+  CHECK(summary_of(dir).at("steps").get<int>() == 30);
+  // An explicit, different warmup is still refused, naming the flag.
+  const fs::path dir2 = scratch("grow2");
+  fs::remove_all(dir2);
+  REQUIRE(run(NORMLAB_TRAIN_GPT_EXE, tiny_with({"--steps", "20", "--stop-at", "4", "--out", dir2.string()})).rc == 0);
+  const Ran bad = run(NORMLAB_TRAIN_GPT_EXE, tiny_with({"--steps", "30", "--warmup", "5", "--resume", "--out", dir2.string()}));
+  CHECK(bad.rc == 2);
+  CHECK(bad.out.find("checkpoint has warmup = 2, this run has 5") != std::string::npos);
+}
+
+TEST_CASE("user path: an existing run is never replaced silently") {
+  const fs::path dir = scratch("kept");
+  fs::remove_all(dir);
+  REQUIRE(run(NORMLAB_TRAIN_GPT_EXE, tiny_with({"--steps", "10", "--out", dir.string()})).rc == 0);
+  REQUIRE(metrics_of(dir).size() == 10);
+  const Ran again = run(NORMLAB_TRAIN_GPT_EXE, tiny_with({"--steps", "5", "--out", dir.string()}));
+  INFO(again.out);
+  CHECK(again.rc == 2);
+  CHECK(again.out.find("already holds a run") != std::string::npos);
+  CHECK(again.out.find("--resume") != std::string::npos);
+  CHECK(again.out.find("--overwrite") != std::string::npos);
+  CHECK(metrics_of(dir).size() == 10);  // untouched
+  const Ran replaced = run(NORMLAB_TRAIN_GPT_EXE, tiny_with({"--steps", "5", "--overwrite", "--out", dir.string()}));
+  CHECK(replaced.rc == 0);
+  CHECK(metrics_of(dir).size() == 5);
+  CHECK(run(NORMLAB_TRAIN_GPT_EXE, tiny_with({"--steps", "5", "--overwrite", "--resume", "--out", dir.string()})).rc == 2);
+}
+
+TEST_CASE("user path: corpora are cached in one documented place, never the current directory") {
+  const auto restore = [](const char* k, const char* v) {
+    if (v) ::setenv(k, v, 1);
+    else ::unsetenv(k);
+  };
+  const char* keys[] = {"NORMLAB_DATA_DIR", "XDG_CACHE_HOME", "HOME"};
+  std::vector<std::optional<std::string>> saved;
+  for (const char* k : keys) saved.push_back(std::getenv(k) ? std::optional<std::string>(std::getenv(k)) : std::nullopt);
+  ::unsetenv("NORMLAB_DATA_DIR");
+  ::unsetenv("XDG_CACHE_HOME");
+  ::setenv("HOME", "/home/someone", 1);
+  CHECK(data::default_data_dir() == "/home/someone/.cache/normlab");
+  ::setenv("XDG_CACHE_HOME", "/xdg", 1);
+  CHECK(data::default_data_dir() == "/xdg/normlab");
+  ::setenv("NORMLAB_DATA_DIR", "/corpora", 1);
+  CHECK(data::default_data_dir() == "/corpora");
+  for (std::size_t i = 0; i < 3; ++i) restore(keys[i], saved[i] ? saved[i]->c_str() : nullptr);
+  // The trainers' --help shows where it is.
+  const Ran h = run(NORMLAB_TRAIN_GPT_EXE, {"--help"});
+  CHECK(h.out.find("XDG_CACHE_HOME") != std::string::npos);
 }

@@ -28,6 +28,7 @@
 
 #include "normlab/core/process.hpp"
 #include "normlab/train/ablate.hpp"
+#include "normlab/train/variants.hpp"
 
 namespace fs = std::filesystem;
 using normlab::find_on_path;
@@ -195,8 +196,10 @@ int run(int argc, char** argv) {
       "Run every train-<variant> for every seed, then compare the variants: results.md (tokens and wall-clock "
       "time to reach the gpt baseline's final val loss) and a loss-vs-tokens plot.\n"
       "Usage: normlab-ablate --variants gpt,ngpt --seeds 1,2 --out DIR [options] -- <trainer flags>"};
-  app.add_option("--variants", o.variants_s, "comma-separated variants, e.g. gpt,ngpt,angpt (gpt is the baseline)");
-  app.add_option("--seeds", o.seeds_s, "comma-separated seeds, e.g. 1,2,3");
+  app.add_option("--variants", o.variants_s,
+                 "REQUIRED (but with --report-only): comma-separated variants, e.g. gpt,ngpt,angpt (gpt is the "
+                 "baseline); known: " + normlab::known_variants());
+  app.add_option("--seeds", o.seeds_s, "REQUIRED (but with --report-only): comma-separated seeds, e.g. 1,2,3");
   app.add_option("--out", o.out, "output directory; runs go to OUT/<variant>/seed<S>")->required();
   app.add_option("--bin-dir", o.bin_dir, "where the train-<variant> executables are (default: this tool's directory)");
   app.add_flag("--dry-run", o.dry_run, "print the commands that would run, run nothing");
@@ -207,6 +210,11 @@ int run(int argc, char** argv) {
   for (auto& a : own_args) own_argv.push_back(a.data());
   try {
     app.parse(int(own_argv.size()), own_argv.data());
+  } catch (const CLI::ExtrasError& e) {
+    app.exit(e);
+    std::fprintf(stderr, "hint: flags for the trainers go after a lone --, e.g. normlab-ablate --variants gpt,ngpt "
+                         "--seeds 1 --out runs/x -- --steps 100\n");
+    return 2;
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);
     return rc == 0 ? 0 : 2;
@@ -276,6 +284,13 @@ int run(int argc, char** argv) {
       bin = self.parent_path();
     }
     std::vector<std::string> missing;
+    for (const auto& v : variants) {
+      bool known = false;
+      normlab::dispatch_variant(v, [&](auto) { known = true; });
+      if (!known && !is_executable_file(bin / ("train-" + v)))
+        throw UsageError("unknown variant '" + v + "' (known: " + normlab::known_variants() +
+                         "; a variant of your own needs its train-" + v + " in --bin-dir)");
+    }
     for (const auto& v : variants)
       if (!is_executable_file(bin / ("train-" + v))) missing.push_back((bin / ("train-" + v)).string());
     if (!missing.empty()) {
@@ -290,6 +305,21 @@ int run(int argc, char** argv) {
     }
 
     const std::size_t total = variants.size() * seeds.size();
+    // A study is resumable: a rerun skips finished runs and resumes interrupted
+    // ones, so it must be the same study (same trainer flags).
+    if (fs::exists(out / "ablation.json")) {
+      std::vector<std::string> before;
+      try {
+        std::ifstream f(out / "ablation.json");
+        before = nlohmann::json::parse(f).at("pass_through").get<std::vector<std::string>>();
+      } catch (const nlohmann::json::exception& e) {
+        throw normlab::Error((out / "ablation.json").string() + ": " + e.what());
+      }
+      if (before != o.pass)
+        throw UsageError(out.string() + " holds a study run with other trainer flags (" + join_quoted(before) +
+                         "; now " + join_quoted(o.pass) + "): its finished runs would be mixed with new ones. "
+                         "Use another --out, or remove " + out.string());
+    }
     if (!o.dry_run) {
       fs::create_directories(out);
       nlohmann::json rec = {{"date", info.date},          {"command_line", command_line},
@@ -306,8 +336,15 @@ int run(int argc, char** argv) {
         const fs::path dir = run_dir(out, v, s);
         std::vector<std::string> args{"--seed", std::to_string(s), "--out", dir.string()};
         args.insert(args.end(), o.pass.begin(), o.pass.end());
-        std::printf("[normlab-ablate] run %zu/%zu: %s %s\n", k, total, shell_quote(exe.string()).c_str(),
-                    join_quoted(args).c_str());
+        if (fs::exists(dir / "summary.json")) {
+          std::printf("[normlab-ablate] run %zu/%zu: %s seed %lld finished earlier (%s): skipped\n", k, total,
+                      v.c_str(), (long long)s, (dir / "summary.json").c_str());
+          continue;
+        }
+        const bool resuming = fs::exists(dir / "ckpt.safetensors");
+        if (resuming) args.push_back("--resume");  // interrupted: continue from its checkpoint
+        std::printf("[normlab-ablate] run %zu/%zu%s: %s %s\n", k, total, resuming ? " (resuming)" : "",
+                    shell_quote(exe.string()).c_str(), join_quoted(args).c_str());
         if (o.dry_run) continue;
         fs::create_directories(dir);
         const int rc = run_child(exe, args);
@@ -332,7 +369,20 @@ int run(int argc, char** argv) {
   }
   info.seeds = seeds;
   const std::string md = ab::results_markdown(data, info);
-  const fs::path results = out / "results.md";
+  // The study's own report is results.md; a report on another set of variants
+  // (--report-only --variants ...) is named by its set and never replaces it.
+  std::string suffix;
+  if (fs::exists(out / "ablation.json")) {
+    try {
+      std::ifstream f(out / "ablation.json");
+      const auto recorded = nlohmann::json::parse(f).at("variants").get<std::vector<std::string>>();
+      if (recorded != variants)
+        for (const auto& v : variants) suffix += (suffix.empty() ? "-" : "+") + v;
+    } catch (const nlohmann::json::exception& e) {
+      throw normlab::Error((out / "ablation.json").string() + ": " + e.what());
+    }
+  }
+  const fs::path results = out / ("results" + suffix + ".md");
   write_file(results, md);
 
   std::optional<double> floor = info.entropy_floor_nats;
@@ -340,8 +390,9 @@ int run(int argc, char** argv) {
     for (const auto& r : v.runs)
       if (!floor && r.summary.entropy_floor_nats) floor = r.summary.entropy_floor_nats;
   const ab::Analysis analysis = ab::analyze(data);
-  const fs::path script = out / "loss.gp";
-  write_file(script, ab::loss_plot_script(data, analysis, floor, "loss_vs_tokens.png", "loss_vs_tokens.svg"));
+  const fs::path script = out / ("loss" + suffix + ".gp");
+  const std::string png = "loss_vs_tokens" + suffix + ".png", svg = "loss_vs_tokens" + suffix + ".svg";
+  write_file(script, ab::loss_plot_script(data, analysis, floor, png, svg));
 
   std::printf("\n%s\n", md.c_str());
   std::printf("results: %s\n", results.c_str());
@@ -352,13 +403,13 @@ int run(int argc, char** argv) {
                 script.c_str(), out.c_str());
     return 0;
   }
-  const int rc = run_child(gnuplot, {"loss.gp"}, out);
+  const int rc = run_child(gnuplot, {script.filename().string()}, out);
   if (rc != 0) {
     std::fprintf(stderr, "normlab-ablate: gnuplot %s on %s; results.md was written, the plots were not\n",
                  describe_status(rc).c_str(), script.c_str());
     return 1;
   }
-  std::printf("plots: %s %s\n", (out / "loss_vs_tokens.png").c_str(), (out / "loss_vs_tokens.svg").c_str());
+  std::printf("plots: %s %s\n", (out / png).c_str(), (out / svg).c_str());
   return 0;
 }
 

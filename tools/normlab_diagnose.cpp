@@ -108,7 +108,7 @@ int main(int argc, char** argv) {
   std::string ckpt;
   std::vector<std::string> compare;
   bool json = false, post_hoc = false;
-  std::string data_arg, data_dir = "data", plots;
+  std::string data_arg, data_dir = normlab::data::default_data_dir(), plots;
   std::int64_t vocab = 0, batches = 8, batch = 4;
   auto* ckpt_opt = app.add_option("CKPT", ckpt, "checkpoint (ckpt.safetensors of a train-<variant> run)");
   app.add_option("--compare", compare, "headline figures of several checkpoints side by side (markdown)")
@@ -119,7 +119,7 @@ int main(int argc, char** argv) {
   auto* data_opt = app.add_option("--data", data_arg,
                                   "brown | synthetic | a UTF-8 text file | a directory with train.bin/val.bin: adds "
                                   "hidden-state norms and attention entropy on validation batches");
-  app.add_option("--data-dir", data_dir, "where the Brown corpus is cached")->capture_default_str()->needs(data_opt);
+  app.add_option("--data-dir", data_dir, "where the Brown corpus is cached ($NORMLAB_DATA_DIR, else $XDG_CACHE_HOME/normlab, else ~/.cache/normlab)")->capture_default_str()->needs(data_opt);
   app.add_option("--vocab", vocab, "vocabulary of train.bin/val.bin shards (default: the checkpoint's)")
       ->needs(data_opt)->check(normlab::cli::integer(1, 65536));
   app.add_option("--batches", batches, "validation batches for --data")->capture_default_str()

@@ -12,13 +12,15 @@
 //  * tokens to target  = first eval point whose val_loss <= target, linearly
 //                        interpolated between it and the eval point before it
 //                        (see tokens_to_reach). Seconds: the same on elapsed_s.
-//  * reference tokens  = the baseline's mean tokens at its final eval point, i.e.
-//                        the budget in which the baseline reaches the target by
-//                        definition; reference seconds likewise from elapsed_s.
-//                        (Using the baseline's *interpolated* tokens instead would
-//                        leave the speedup undefined whenever one baseline seed
-//                        ends above the seed mean — about half of them.)
+//  * reference tokens  = the baseline's own mean tokens to target, over the
+//                        baseline seeds that reach it (a seed ending above the
+//                        seed mean never does; the report says how many did);
+//                        reference seconds likewise. Not the baseline's whole
+//                        budget: a baseline that touched its final loss before
+//                        its last eval would otherwise "speed up" against itself
+//                        and every other variant would be flattered.
 //  * speedup (tokens)  = reference tokens / variant's mean tokens to target;
+//                        the baseline's row is 1.00 by definition;
 //                        > 1 means the variant needed fewer tokens. Wall-clock
 //                        speedup likewise. A variant that misses the target in
 //                        any seed gets no speedup: "not reached in k/n seeds".
@@ -339,8 +341,8 @@ struct Analysis {
   std::string baseline;
   bool baseline_is_gpt = false;
   double target_loss = detail::nan;  // baseline's mean final val loss
-  double ref_tokens = detail::nan;   // baseline's mean tokens at its final eval
-  double ref_seconds = detail::nan;  // baseline's mean elapsed_s at its final eval
+  double ref_tokens = detail::nan;   // baseline's mean tokens to target (seeds that reach it)
+  double ref_seconds = detail::nan;  // baseline's mean seconds to target (seeds that reach it)
   std::vector<VariantRow> rows;      // in input order
 };
 
@@ -361,19 +363,14 @@ inline Analysis analyze(const std::vector<VariantRuns>& variants) {
   a.baseline = base->variant;
   {
     std::vector<double> finals, toks, secs;
-    for (const auto& r : base->runs) {
-      finals.push_back(r.final_val_loss());
-      if (!r.curve.empty()) {
-        toks.push_back(r.curve.tokens.back());
-        secs.push_back(r.curve.elapsed_s.back());
-      }
-    }
+    for (const auto& r : base->runs) finals.push_back(r.final_val_loss());
     a.target_loss = mean_sd(finals).mean;
-    // A baseline seed without eval points leaves the reference undefined.
-    if (toks.size() == base->runs.size()) {
-      a.ref_tokens = mean_sd(toks).mean;
-      a.ref_seconds = mean_sd(secs).mean;
+    for (const auto& r : base->runs) {
+      if (const auto t = tokens_to_reach(r.curve, a.target_loss)) toks.push_back(*t);
+      if (const auto t = seconds_to_reach(r.curve, a.target_loss)) secs.push_back(*t);
     }
+    if (!toks.empty()) a.ref_tokens = mean_sd(toks).mean;
+    if (!secs.empty()) a.ref_seconds = mean_sd(secs).mean;
   }
   for (const auto& v : variants) {
     VariantRow row;
@@ -399,6 +396,10 @@ inline Analysis analyze(const std::vector<VariantRuns>& variants) {
     };
     row.speedup_tokens = ratio(a.ref_tokens, row.tokens_to_target);
     row.speedup_time = ratio(a.ref_seconds, row.seconds_to_target);
+    if (&v == base) {  // the reference itself: 1 by definition, whenever the reference exists
+      row.speedup_tokens = std::isfinite(a.ref_tokens) ? std::optional<double>(1.0) : std::nullopt;
+      row.speedup_time = std::isfinite(a.ref_seconds) ? std::optional<double>(1.0) : std::nullopt;
+    }
     a.rows.push_back(std::move(row));
   }
   return a;
@@ -484,12 +485,16 @@ inline std::string results_markdown(const std::vector<VariantRuns>& variants, Re
   os << "- Target: the baseline's mean final val loss, " << detail::fmt("%.4f", a.target_loss)
      << ". Tokens/time to target: first eval point at or below it, linearly interpolated between eval points.\n";
   os << "- Speedup = baseline reference / variant's mean tokens (or seconds) to target; > 1 means fewer than the "
-        "baseline. Reference: the baseline's mean tokens and elapsed time at its final eval (";
+        "baseline, and the baseline's own row is 1.00 by definition. Reference: the baseline's own mean tokens and "
+        "time to target, over the baseline seeds that reach it (";
   if (std::isfinite(a.ref_tokens))
     os << detail::fmt("%.0f", a.ref_tokens) << " tokens, " << detail::fmt("%.1f", a.ref_seconds) << " s";
   else
-    os << "undefined: a baseline run has no eval points";
-  os << "), where it reaches the target by definition.\n";
+    os << "undefined: no baseline seed reaches the target";
+  os << ").\n";
+  os << "- Time to target is elapsed training time from each run's metrics.jsonl (evaluation included; carried "
+        "across interruptions by --resume), measured while the runs ran one after another: a wall-clock "
+        "comparison on a shared machine, not an interleaved benchmark.\n";
   os << "- Values are mean ± sample sd over seeds; tokens/s is training throughput (eval excluded).\n\n";
 
   os << "| variant | seeds | final val loss | tokens to target | speedup (tokens) | time to target (s) | "
@@ -514,8 +519,8 @@ inline std::string results_markdown(const std::vector<VariantRuns>& variants, Re
     for (const auto& r : a.rows)
       if (r.variant == a.baseline && r.tokens_to_target.n > 0 && !r.tokens_to_target.all_reached())
         os << "\n" << r.tokens_to_target.not_reached() << "/" << r.tokens_to_target.n
-           << " baseline seeds end above the baseline's mean final val loss and so never reach it: the baseline row "
-              "has no speedup. The other rows' speedups use the reference above.\n";
+           << " baseline seeds end above the baseline's mean final val loss and so never reach it; the "
+              "reference is the mean over the seeds that do.\n";
   }
   return os.str();
 }

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -306,6 +307,16 @@ inline std::string brown_plain_text(std::string_view tagged) {
     if (line_has_words) out += '\n';
   }
   return out;
+}
+
+// Where downloaded corpora are cached when no --data-dir is given: one
+// documented place, never the current directory by surprise.
+// $NORMLAB_DATA_DIR, else $XDG_CACHE_HOME/normlab, else $HOME/.cache/normlab.
+inline std::string default_data_dir() {
+  if (const char* d = std::getenv("NORMLAB_DATA_DIR"); d && *d) return d;
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return (std::filesystem::path(x) / "normlab").string();
+  if (const char* h = std::getenv("HOME"); h && *h) return (std::filesystem::path(h) / ".cache" / "normlab").string();
+  return "data";
 }
 
 // Path of the plain Brown text in data_dir, creating it on first use:

@@ -38,7 +38,7 @@ namespace normlab {
 
 struct TrainOptions {
   std::string data = "brown";        // brown | synthetic | FILE.txt | DIR with train.bin/val.bin
-  std::string data_dir = "data";     // where the Brown corpus is fetched and cached
+  std::string data_dir = data::default_data_dir();  // where the Brown corpus is fetched and cached
   std::int64_t vocab = 0;            // for DIR data (uint16 tokens)
   std::int64_t steps = 300;
   std::int64_t batch = 16;
@@ -58,6 +58,7 @@ struct TrainOptions {
   std::int64_t ckpt_every = 100;
   std::string out;                   // default runs/<variant>
   bool resume = false;
+  bool overwrite = false;            // replace an existing run in --out
   int threads = 0;                   // 0: OpenMP's default
   std::int64_t stop_at = 0;          // stop after this many steps, as if interrupted
   std::string on_nonfinite = "stop"; // stop | skip
@@ -165,6 +166,26 @@ inline std::string gib(double bytes) {
   return b;
 }
 
+// (elapsed_s at step `steps_done`, Σ step_time_s up to it) from a run's metrics:
+// the time earlier sessions of a resumed run spent training.
+inline std::pair<double, double> time_spent(const std::filesystem::path& file, std::int64_t steps_done) {
+  std::ifstream in(file);
+  double elapsed = 0, steps = 0;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    try {
+      const auto j = nlohmann::json::parse(line);
+      if (j.value("step", std::int64_t(0)) > steps_done) break;
+      if (j.contains("step_time_s")) steps += j["step_time_s"].get<double>();
+      if (j.contains("elapsed_s")) elapsed = j["elapsed_s"].get<double>();
+    } catch (const std::exception&) {
+      break;
+    }
+  }
+  return {elapsed, steps};
+}
+
 }  // namespace detail
 
 // What a training run will allocate, planned before anything is allocated.
@@ -211,8 +232,25 @@ template <class Tag>
 int run_training(TrainOptions o) {
   using Model = typename Tag::template model<float>;
   namespace fs = std::filesystem;
-  apply_variant_defaults<Model>(o);
   if (o.out.empty()) o.out = "runs/" + std::string(Tag::name);
+  const fs::path ckpt = fs::path(o.out) / "ckpt.safetensors";
+  const fs::path metrics_path = fs::path(o.out) / "metrics.jsonl";
+  const fs::path summary_path = fs::path(o.out) / "summary.json";
+  if (o.resume && o.overwrite) throw Error("--resume and --overwrite contradict each other: pick one");
+  if (!o.resume && (fs::exists(ckpt) || fs::exists(summary_path))) {
+    // Never replace a run silently.
+    if (!o.overwrite)
+      throw Error("--out " + o.out + " already holds a run (" + (fs::exists(ckpt) ? ckpt : summary_path).string() +
+                  "): pass --resume to continue it, or --overwrite to replace it");
+    for (const fs::path& p : {ckpt, summary_path, metrics_path}) fs::remove(p);
+  }
+  // The defaults that depend on --steps (GPT's warmup = steps/10) come from the
+  // checkpoint on resume, so a resume may grow --steps without changing them.
+  if (o.resume && fs::exists(ckpt) && o.warmup < 0) {
+    const auto f = io::SafetensorsFile::open(ckpt);
+    if (f.metadata().count("run.warmup")) o.warmup = checkpoint_int(f, "run.warmup");
+  }
+  apply_variant_defaults<Model>(o);
 #ifdef _OPENMP
   if (o.threads > 0) omp_set_num_threads(o.threads);
 #endif
@@ -250,9 +288,10 @@ int run_training(TrainOptions o) {
       {"run.steps", std::to_string(o.steps)}};
 
   fs::create_directories(o.out);
-  const fs::path ckpt = fs::path(o.out) / "ckpt.safetensors";
-  const fs::path metrics_path = fs::path(o.out) / "metrics.jsonl";
   std::int64_t start = 0;
+  // Time already spent in earlier sessions of this run (from metrics.jsonl), so
+  // elapsed_s and the summary's totals survive an interruption.
+  double elapsed_before = 0, step_time_before = 0;
   if (o.resume) {
     if (!fs::exists(ckpt)) throw Error("--resume: no checkpoint at " + ckpt.string());
     const auto f = io::SafetensorsFile::open(ckpt);
@@ -269,6 +308,9 @@ int run_training(TrainOptions o) {
       if (e.path().filename().string().rfind("ckpt.safetensors.tmp.", 0) == 0) fs::remove(e.path());
     sampler.restore({checkpoint_uint(f, "train.sampler_seed"), checkpoint_uint(f, "train.sampler_batches")});
     detail::truncate_metrics(metrics_path, start);
+    const auto [el, st] = detail::time_spent(metrics_path, start);
+    elapsed_before = el;
+    step_time_before = st;
     if (!o.quiet) std::printf("resumed from %s at step %lld\n", ckpt.c_str(), static_cast<long long>(start));
   } else {
     model.init(o.seed);
@@ -342,7 +384,7 @@ int run_training(TrainOptions o) {
     model.apply_constraint();
     const double dt = std::chrono::duration<double>(clock::now() - ts).count();
     step_time_sum += dt;
-    const double elapsed = std::chrono::duration<double>(clock::now() - t0).count();
+    const double elapsed = elapsed_before + std::chrono::duration<double>(clock::now() - t0).count();
     nlohmann::json line = {{"step", done},     {"tokens", done * tokens_per_step},
                            {"train_loss", loss}, {"lr", lr},
                            {"grad_norm", gnorm}, {"step_time_s", dt},
@@ -370,8 +412,9 @@ int run_training(TrainOptions o) {
       return 0;
     }
   }
-  const double total = std::chrono::duration<double>(clock::now() - t0).count();
-  const std::int64_t ran = o.steps - start;
+  const double total = elapsed_before + std::chrono::duration<double>(clock::now() - t0).count();
+  const std::int64_t ran = o.steps;  // every step of the run, this session's and earlier ones'
+  step_time_sum += step_time_before;
   nlohmann::json summary = {{"variant", std::string(Tag::name)},
                             {"seed", o.seed},
                             {"steps", o.steps},
@@ -383,7 +426,7 @@ int run_training(TrainOptions o) {
                             {"data", td.description}};
   summary["entropy_floor_nats"] =
       std::isfinite(td.entropy_floor_nats) ? nlohmann::json(td.entropy_floor_nats) : nlohmann::json(nullptr);
-  std::ofstream(fs::path(o.out) / "summary.json") << summary.dump(2) << '\n';
+  std::ofstream(summary_path) << summary.dump(2) << '\n';
   if (!o.quiet)
     std::printf("done: %lld steps, final val loss %.4f, %.1f s; checkpoint %s\n", (long long)o.steps, last_val, total,
                 ckpt.c_str());
@@ -472,7 +515,9 @@ inline std::optional<int> parse_train_command(int argc, const char* const* argv,
   using namespace normlab::cli;
   app.add_option("--data", o.data, "brown | synthetic | a UTF-8 text file | a directory with train.bin/val.bin")
       ->capture_default_str();
-  app.add_option("--data-dir", o.data_dir, "where the Brown corpus is fetched and cached")->capture_default_str();
+  app.add_option("--data-dir", o.data_dir,
+                 "where the Brown corpus is fetched and cached ($NORMLAB_DATA_DIR, else $XDG_CACHE_HOME/normlab, "
+                 "else ~/.cache/normlab)")->capture_default_str();
   app.add_option("--vocab", o.vocab, "vocabulary size of train.bin/val.bin token shards")->check(integer(1, 65536));
   app.add_option("--steps", o.steps, "optimizer steps")->capture_default_str()->check(positive_integer());
   app.add_option("--batch", o.batch, "sequences per micro-batch")->capture_default_str()->check(positive_integer());
@@ -494,6 +539,7 @@ inline std::optional<int> parse_train_command(int argc, const char* const* argv,
   app.add_option("--ckpt-every", o.ckpt_every, "steps between checkpoints")->capture_default_str()->check(non_negative_integer());
   app.add_option("--out", o.out, "run directory (default runs/<variant>)");
   app.add_flag("--resume", o.resume, "continue from OUT/ckpt.safetensors");
+  app.add_flag("--overwrite", o.overwrite, "replace a run already in OUT (without it, an existing run is refused)");
   app.add_option("--threads", o.threads, "OpenMP threads (0 = default)")->capture_default_str()->check(integer(0, 1024));
   std::string max_memory;
   app.add_option("--max-memory", max_memory, "refuse a run planned above this size (e.g. 8G; default: the memory available)")
