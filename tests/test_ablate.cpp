@@ -375,6 +375,24 @@ TEST_CASE("ablate: the gnuplot script has every run, the target and the entropy 
   CHECK(gp.find("entropy floor 1.5000") != std::string::npos);
   CHECK(gp.find("set output 'a.png'") != std::string::npos);
   CHECK(gp.find("set output 'a.svg'") != std::string::npos);
+  // Readable by default: the legend beside the plot, tokens in millions with one tick format.
+  CHECK(gp.find("set key outside right top") != std::string::npos);
+  CHECK(gp.find("set xlabel 'tokens (millions)'") != std::string::npos);
+  CHECK(gp.find("set format x '%g'") != std::string::npos);
+  CHECK(gp.find("\n0.1 ") != std::string::npos);  // 100000 tokens, as 0.1 million
+}
+
+TEST_CASE("ablate: the plot's y axis follows the curves, not a far-away entropy floor", "[ablate]") {
+  TempDir tmp;
+  std::vector<ab::VariantRuns> runs;
+  runs.push_back({"gpt", {make_run(tmp.path, "gpt", 1, linear(4.0, 2.0, 1.0), 0.1)}});
+  runs.push_back({"ngpt", {make_run(tmp.path, "ngpt", 1, linear(4.0, 1.8, 1.0), 0.1)}});
+  const std::string gp = ab::loss_plot_script(runs, ab::analyze(runs), 0.5, "a.png", "a.svg");
+  INFO(gp);
+  // Curves from 10% of the tokens on span [1.8, 3.8]: padded by 5%, the floor at 0.5 stays out.
+  CHECK(gp.find("set yrange [1.7") != std::string::npos);
+  CHECK(gp.find("entropy floor 0.5000 nats, below the plot") != std::string::npos);
+  CHECK(gp.find("lc rgb 'gray40'") == std::string::npos);
 }
 
 #ifdef NORMLAB_ABLATE_EXE

@@ -261,6 +261,11 @@ TEST_CASE("diagnose: GPT embedding norms spread, post-hoc normalization removes 
   CHECK(r.wte.row_norms.spread() > 0.1);
   CHECK(r.lm_head.row_norms.spread() > 0.1);
   CHECK(r.max_axis_norm_deviation() > 0.1);
+  // GPT constrains no matrix: the headline shows no "deviation from the unit norm"
+  // it never had to keep (it showed 0.92).
+  CHECK_FALSE(r.constrained);
+  for (const auto& [label, value] : diag::headline(r))
+    if (label.find("max abs(norm - 1)") != std::string::npos) CHECK(std::isnan(value));
   int gains = 0;
   for (const auto& s : r.scales) {
     CHECK(s.role == ParamRole::gain);

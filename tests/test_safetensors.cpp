@@ -484,7 +484,12 @@ TEST_CASE("safetensors: malformed: header length beyond file", "[safetensors]") 
   // A huge length must not overflow the 8 + N computation.
   const std::uint64_t huge = std::numeric_limits<std::uint64_t>::max();
   std::memcpy(bytes.data(), &huge, 8);
-  REQUIRE_THROWS_WITH(SafetensorsFile::from_bytes(bytes, kSrc), StartsWith(kSrc) && Contains("beyond"));
+  REQUIRE_THROWS_WITH(SafetensorsFile::from_bytes(bytes, kSrc), StartsWith(kSrc) && Contains("not a safetensors file"));
+  // A text file: its first 8 bytes read as ~7e18. Say what it is, not that number.
+  const std::string text = "This is a text file, not tensors.\n";
+  const std::vector<std::uint8_t> tb(text.begin(), text.end());
+  REQUIRE_THROWS_WITH(SafetensorsFile::from_bytes(tb, kSrc),
+                      StartsWith(kSrc) && Contains("not a safetensors file") && !Contains("7310"));
 }
 
 TEST_CASE("safetensors: malformed: invalid JSON", "[safetensors]") {

@@ -202,7 +202,8 @@ int run(int argc, char** argv) {
   app.add_option("--seeds", o.seeds_s, "REQUIRED (but with --report-only): comma-separated seeds, e.g. 1,2,3");
   app.add_option("--out", o.out, "output directory; runs go to OUT/<variant>/seed<S>")->required();
   app.add_option("--bin-dir", o.bin_dir, "where the train-<variant> executables are (default: this tool's directory)");
-  app.add_flag("--dry-run", o.dry_run, "print the commands that would run, run nothing");
+  app.add_flag("--dry-run", o.dry_run,
+               "print the commands that would run and let each trainer check its flags (--dry-run), train nothing");
   app.add_flag("--report-only", o.report_only,
                "re-make results.md and the plots from an existing OUT (variants/seeds: the flags, else those recorded "
                "in OUT/ablation.json, else those found in OUT)");
@@ -345,7 +346,14 @@ int run(int argc, char** argv) {
         if (resuming) args.push_back("--resume");  // interrupted: continue from its checkpoint
         std::printf("[normlab-ablate] run %zu/%zu%s: %s %s\n", k, total, resuming ? " (resuming)" : "",
                     shell_quote(exe.string()).c_str(), join_quoted(args).c_str());
-        if (o.dry_run) continue;
+        if (o.dry_run) {
+          // The trainer checks its flags and plans its memory without training.
+          std::vector<std::string> dry = args;
+          dry.push_back("--dry-run");
+          if (const int rc = run_child(exe, dry); rc != 0)
+            throw UsageError("train-" + v + " refuses these flags (exit " + std::to_string(rc) + ", above)");
+          continue;
+        }
         fs::create_directories(dir);
         const int rc = run_child(exe, args);
         if (rc != 0)

@@ -39,7 +39,10 @@ std::string gnuplot_quote(const std::string& s) {
 // Writes DIR/stem.dat (the spectra, one gnuplot data block per matrix) and
 // DIR/stem.gp, then renders DIR/stem.png and DIR/stem.svg with gnuplot: one
 // line per matrix type per layer (colour = type, dash = layer), log-scale y.
-void write_plots(const diag::Report& r, const fs::path& dir, const std::string& stem) {
+// yrange: [lo, hi] of the log-scale y axis, shared by every plot of one --compare
+// so they can be compared by eye (0, 0: gnuplot's autoscale).
+void write_plots(const diag::Report& r, const fs::path& dir, const std::string& stem, double ylo = 0,
+                 double yhi = 0) {
   fs::create_directories(dir);
   const fs::path dat = dir / (stem + ".dat");
   const fs::path gp = dir / (stem + ".gp");
@@ -76,6 +79,8 @@ void write_plots(const diag::Report& r, const fs::path& dir, const std::string& 
       const bool png = std::string(term).starts_with("png");
       out << "set terminal " << term << "\n"
           << "set output " << gnuplot_quote(stem + (png ? ".png" : ".svg")) << "\n"
+          << (ylo > 0 && yhi > ylo ? "set yrange [" + diag::detail::num(ylo, 6) + ":" + diag::detail::num(yhi, 6) + "]\n"
+                                   : std::string())
           << "set logscale y\nset format y '%.0e'\nset grid\nset xlabel 'index i (descending)'\nset ylabel 'sigma_i'\n"
           << "set title '" << title << "'\nset key outside right top\n"
           << plot << "\nunset output\n";
@@ -164,11 +169,24 @@ int main(int argc, char** argv) {
     for (const auto& f : files) reports.push_back(diag::diagnose_checkpoint(f, opt, td ? &*td : nullptr));
 
     if (!plots.empty()) {
+      // One y range for every checkpoint's plot (positive singular values only: log scale).
+      double ylo = 0, yhi = 0;
+      for (const auto& r : reports)
+        for (const auto& m : r.matrices)
+          for (double v : m.singular_values.values)
+            if (v > 0 && std::isfinite(v)) {
+              ylo = ylo > 0 ? std::min(ylo, v) : v;
+              yhi = std::max(yhi, v);
+            }
+      if (ylo > 0) {
+        ylo *= 0.8;
+        yhi *= 1.25;
+      }
       for (std::size_t i = 0; i < reports.size(); ++i) {
         const std::string stem = reports.size() == 1
                                      ? std::string("singular_values")
                                      : "singular_values_" + std::to_string(i + 1) + "_" + reports[i].variant;
-        write_plots(reports[i], plots, stem);
+        write_plots(reports[i], plots, stem, ylo, yhi);
       }
     }
     if (json) {

@@ -1,6 +1,10 @@
 #pragma once
-// Umbrella header for CPU users. CUDA code lives under backend/cuda and is
-// only reachable from nvcc builds.
+// Umbrella header for CPU users: the model, its policies, the optimizer, the
+// training step, data and batches, checkpoints, named variants, gradient
+// checks and safetensors I/O (Eigen and nlohmann-json). Not included here:
+// the command-line driver (normlab/train/driver.hpp, needs CLI11), the
+// diagnostics (normlab/diag/diagnostics.hpp) and the CUDA backend
+// (normlab/backend/cuda/, nvcc builds only). docs/library.md walks through it.
 #include "normlab/core/error.hpp"
 #include "normlab/tensor/tensor.hpp"
 #include "normlab/backend/cpu/ops.hpp"
@@ -12,4 +16,8 @@
 #include "normlab/optim/adamw.hpp"
 #include "normlab/optim/schedule.hpp"
 #include "normlab/train/step.hpp"
+#include "normlab/train/data.hpp"
+#include "normlab/train/checkpoint.hpp"
+#include "normlab/train/variants.hpp"
+#include "normlab/train/gradcheck.hpp"
 #include "normlab/io/safetensors.hpp"

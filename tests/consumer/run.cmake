@@ -16,3 +16,13 @@ run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/consumer -B ${WORK_DIR}/consumer-bui
 run(${CMAKE_COMMAND} --build ${WORK_DIR}/consumer-build)
 run(${WORK_DIR}/consumer-build/consumer)
 message(STATUS "consumer built and ran against the installed normlab")
+if(EXAMPLES)
+  # examples/ copied out of the tree, as a user would, and built against the package.
+  file(COPY ${SOURCE_DIR}/examples/ DESTINATION ${WORK_DIR}/examples-copy)
+  run(${CMAKE_COMMAND} -S ${WORK_DIR}/examples-copy -B ${WORK_DIR}/examples-build -G ${GENERATOR}
+      -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix -DCMAKE_BUILD_TYPE=Release)
+  run(${CMAKE_COMMAND} --build ${WORK_DIR}/examples-build)
+  run(${WORK_DIR}/examples-build/library_tour ${WORK_DIR}/tour)
+  run(${WORK_DIR}/examples-build/train_tiny --steps 5)
+  message(STATUS "examples built stand-alone and ran against the installed normlab")
+endif()

@@ -578,9 +578,14 @@ class SafetensorsFile {
       fail("truncated file: " + std::to_string(bytes_.size()) + " bytes, need at least 8 for the header length");
     std::uint64_t n = 0;
     std::memcpy(&n, bytes_.data(), 8);
-    if (n > bytes_.size() - 8)
+    if (n > bytes_.size() - 8) {
+      // A text file or other format reads as an absurd length: say what it likely is.
+      if (n > (std::uint64_t(1) << 40))
+        fail("not a safetensors file: its first 8 bytes are not a plausible header length (they read as more "
+             "than 1 TiB, the file has " + std::to_string(bytes_.size()) + " bytes)");
       fail("header length " + std::to_string(n) + " is beyond the file size (" + std::to_string(bytes_.size()) +
-           " bytes)");
+           " bytes): truncated or not a safetensors file");
+    }
     if (n > kMaxHeaderBytes)
       fail("header length " + std::to_string(n) + " exceeds the limit of " + std::to_string(kMaxHeaderBytes) +
            " bytes");

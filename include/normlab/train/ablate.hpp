@@ -500,6 +500,13 @@ inline std::string results_markdown(const std::vector<VariantRuns>& variants, Re
   os << "| variant | seeds | final val loss | tokens to target | speedup (tokens) | time to target (s) | "
         "speedup (time) | step time (ms) | tokens/s |\n";
   os << "|---|---|---|---|---|---|---|---|---|\n";
+  // Seconds to target with one decimal, or three when every time is under a second
+  // (tiny runs printed 0.0 s).
+  double max_secs = 0;
+  for (const auto& r : a.rows)
+    if (r.seconds_to_target.reached > 0 && std::isfinite(r.seconds_to_target.stats.mean))
+      max_secs = std::max(max_secs, r.seconds_to_target.stats.mean);
+  const char* secs_fmt = max_secs > 0 && max_secs < 1 ? "%.3f" : "%.1f";
   for (const auto& r : a.rows) {
     std::string name = detail::md_cell(r.variant);
     if (r.variant == a.baseline) name += " (baseline)";
@@ -508,7 +515,7 @@ inline std::string results_markdown(const std::vector<VariantRuns>& variants, Re
     os << "| " << name << " | " << r.n << " | " << detail::pm(r.final_val_loss, "%.4f") << " | "
        << (target ? detail::reach_cell(r.tokens_to_target, "%.0f") : none) << " | "
        << (target ? detail::speedup_cell(r.speedup_tokens, r.tokens_to_target) : none) << " | "
-       << (target ? detail::reach_cell(r.seconds_to_target, "%.1f") : none) << " | "
+       << (target ? detail::reach_cell(r.seconds_to_target, secs_fmt) : none) << " | "
        << (target ? detail::speedup_cell(r.speedup_time, r.seconds_to_target) : none) << " | "
        << detail::pm(r.step_time_ms, "%.1f") << " | " << detail::pm(r.tokens_per_s, "%.0f") << " |\n";
   }
@@ -557,7 +564,8 @@ inline std::string loss_plot_script(const std::vector<VariantRuns>& variants, co
       for (std::size_t i = 0; i < r.curve.size(); ++i) {
         if (!std::isfinite(r.curve.val_loss[i]) || !std::isfinite(r.curve.tokens[i])) continue;
         char buf[96];
-        std::snprintf(buf, sizeof buf, "%.17g %.17g\n", r.curve.tokens[i], r.curve.val_loss[i]);
+        // Millions of tokens: one tick format for the whole axis (was "800.0" next to "1.0k").
+        std::snprintf(buf, sizeof buf, "%.12g %.17g\n", r.curve.tokens[i] / 1e6, r.curve.val_loss[i]);
         os << buf;
         ++points;
       }
@@ -572,15 +580,45 @@ inline std::string loss_plot_script(const std::vector<VariantRuns>& variants, co
     plots.push_back(detail::fmt("%.17g", a.target_loss) + " with lines lc rgb 'black' dt 2 lw 1.5 title " +
                     detail::gp_quote(a.baseline + " final val loss " + detail::fmt("%.4f", a.target_loss) +
                                      " (target)"));
-  if (entropy_floor_nats && std::isfinite(*entropy_floor_nats))
-    plots.push_back(detail::fmt("%.17g", *entropy_floor_nats) + " with lines lc rgb 'gray40' dt 3 lw 1.5 title " +
-                    detail::gp_quote("entropy floor " + detail::fmt("%.4f", *entropy_floor_nats) + " nats"));
-  os << "set xlabel 'tokens'\n"
+  // The y range follows the curves past their first tenth of tokens (the first evals
+  // sit far above and would flatten the part that matters) and the target; the
+  // entropy floor is drawn only when it falls inside that range, else named in the title.
+  double lo = INFINITY, hi = -INFINITY, max_tokens = 0;
+  for (const auto& v : variants)
+    for (const auto& r : v.runs)
+      for (std::size_t i = 0; i < r.curve.size(); ++i)
+        if (std::isfinite(r.curve.tokens[i])) max_tokens = std::max(max_tokens, r.curve.tokens[i]);
+  for (const auto& v : variants)
+    for (const auto& r : v.runs)
+      for (std::size_t i = 0; i < r.curve.size(); ++i) {
+        const double y = r.curve.val_loss[i];
+        if (!std::isfinite(y)) continue;
+        lo = std::min(lo, y);
+        if (r.curve.tokens[i] >= 0.1 * max_tokens) hi = std::max(hi, y);
+      }
+  if (std::isfinite(a.target_loss)) {
+    lo = std::min(lo, a.target_loss);
+    hi = std::max(hi, a.target_loss);
+  }
+  std::string title = "normlab ablation: validation loss vs tokens";
+  const bool ranged = std::isfinite(lo) && std::isfinite(hi) && hi > lo;
+  if (entropy_floor_nats && std::isfinite(*entropy_floor_nats)) {
+    if (!ranged || *entropy_floor_nats >= lo - 0.1 * (hi - lo))
+      plots.push_back(detail::fmt("%.17g", *entropy_floor_nats) + " with lines lc rgb 'gray40' dt 3 lw 1.5 title " +
+                      detail::gp_quote("entropy floor " + detail::fmt("%.4f", *entropy_floor_nats) + " nats"));
+    else
+      title += " (entropy floor " + detail::fmt("%.4f", *entropy_floor_nats) + " nats, below the plot)";
+  }
+  os << "set xlabel 'tokens (millions)'\n"
         "set ylabel 'validation loss (nats/token)'\n"
-        "set title 'normlab ablation: validation loss vs tokens'\n"
+        "set title " << detail::gp_quote(title) << "\n"
         "set grid\n"
-        "set key top right\n"
-        "set format x '%.1s%c'\n";
+        "set key outside right top\n"   // beside the plot: never over a curve
+        "set format x '%g'\n";
+  if (ranged) {
+    const double pad = 0.05 * (hi - lo);
+    os << "set yrange [" << detail::fmt("%.6g", lo - pad) << ":" << detail::fmt("%.6g", hi + pad) << "]\n";
+  }
   std::string cmd = "plot ";
   for (std::size_t i = 0; i < plots.size(); ++i) {
     if (i) cmd += ", \\\n     ";
@@ -588,13 +626,13 @@ inline std::string loss_plot_script(const std::vector<VariantRuns>& variants, co
   }
   if (plots.empty()) cmd = "set label 1 'no data' at graph 0.5, graph 0.5 center\nplot [0:1] [0:1] NaN notitle";
   os << "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) {\n"
-        "  set terminal pngcairo size 1000,650 noenhanced font ',10'\n"
+        "  set terminal pngcairo size 1200,650 noenhanced font ',10'\n"
         "} else {\n"
-        "  set terminal png size 1000,650 noenhanced\n"
+        "  set terminal png size 1200,650 noenhanced\n"
         "}\n"
         "set output " << detail::gp_quote(png_name) << "\n"
      << cmd << "\n"
-     << "set terminal svg size 1000,650 dynamic noenhanced\n"
+     << "set terminal svg size 1200,650 dynamic noenhanced\n"
         "set output " << detail::gp_quote(svg_name) << "\n"
      << "replot\n"
         "unset output\n";

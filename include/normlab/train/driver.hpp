@@ -502,6 +502,7 @@ struct TrainCommand {
   TrainOptions train;
   SampleOptions sample;
   bool sampling = false;
+  bool dry_run = false;
 };
 
 inline std::optional<int> parse_train_command(int argc, const char* const* argv, std::string_view variant,
@@ -548,6 +549,9 @@ inline std::optional<int> parse_train_command(int argc, const char* const* argv,
   app.add_option("--on-nonfinite", o.on_nonfinite, "on a non-finite loss/gradient: stop, or skip the update")
       ->check(CLI::IsMember({"stop", "skip"}))->capture_default_str();
   app.add_flag("--quiet", o.quiet, "print nothing but errors");
+  app.add_flag("--dry-run", cmd.dry_run,
+               "check the flags and plan the memory (vocabulary 256 unless --vocab), then stop: nothing is read, "
+               "fetched, trained or written");
   app.add_option("--fault-nan-at", o.fault_nan_at, "testing: inject a NaN into a gradient at this step")
       ->check(non_negative_integer())->group("Testing");
   auto* sample = app.add_option("--sample", so.ckpt, "generate text from this checkpoint instead of training");
@@ -584,6 +588,19 @@ int train_main(int argc, char** argv) {
     if (o.min_lr > o.lr) throw Error("--min-lr " + exact_string(o.min_lr) + " must not exceed --lr " + exact_string(o.lr));
     if (cmd.sampling) {
       std::printf("%s\n", run_sampling<Tag>(so).c_str());
+      return 0;
+    }
+    if (cmd.dry_run) {
+      using Model = typename Tag::template model<float>;
+      ModelConfig mc;
+      mc.vocab_size = o.vocab > 0 ? o.vocab : 256;
+      mc.n_embd = o.d;
+      mc.n_head = o.heads;
+      mc.n_layer = o.layers;
+      mc.validate();
+      const RunMemory m = plan_run_memory<Model>(mc, o);
+      std::printf("train-%s: dry run: flags valid; memory %s planned (%s); nothing trained\n",
+                  std::string(Tag::name).c_str(), detail::gib(m.total()).c_str(), m.breakdown().c_str());
       return 0;
     }
     return run_training<Tag>(o);
