@@ -12,6 +12,7 @@
 # benchmark), the launch-limit test passes, the GPU tests report skipped, and
 # nothing tried to install. Needs root (namespaces, mounts) and nvcc.
 #   bash scripts/gpu-rehearsal.sh          (CTEST_JUNIT=FILE: JUnit report for .ci/run)
+# CUDA_ARCH (e.g. "80;90") is passed to gpu-check.sh (default there: 90 without a GPU).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source scripts/junit-write.sh
@@ -71,4 +72,14 @@ case_of "used the staged Eigen" 'grep -q "gpu-deps/usr/share/eigen3/cmake" "$WOR
 case_of "launch-limit test passes without a GPU" 'grep -qE "^\| test_cuda_limits \| PASS" "$WORK/logs/summary.md"' "see summary.md"
 case_of "GPU tests report skipped" 'grep -qE "^\| test_cuda_kernels \| SKIP" "$WORK/logs/summary.md" && grep -qE "^\| test_cuda_model \| SKIP" "$WORK/logs/summary.md"' "see summary.md"
 case_of "no attempt to install" '[ ! -s "$MARKER" ]' "$(head -3 "$MARKER" 2>/dev/null)"
+# The CUDA tests themselves, as gpu-check ran them: the launch-limit test passes
+# without a GPU, the GPU tests are skipped (counted as skipped, never as passed).
+for t in test_cuda_limits test_cuda_kernels test_cuda_model; do
+  row=$(grep -E "^\| $t \|" "$WORK/logs/summary.md" 2>/dev/null | head -1)
+  case $row in
+    *"| PASS |"*) junit_case "cuda: $t" run ;;
+    *"| SKIP |"*) junit_case "cuda: $t" notrun "no GPU on this machine" ;;
+    *) junit_case "cuda: $t" fail "${row:-no result}"; bad=1 ;;
+  esac
+done
 finish $bad

@@ -178,11 +178,21 @@ std::vector<double> angpt_block_norms() {
 }  // namespace
 
 TEST_CASE("angpt: hidden norms stay near 1 through every block at initialisation", "[angpt]") {
+  // What each keeps near 1 at initialisation:
+  //  * angpt (the paper's): every linear map's output (c_mlp, s_uv·√d) and, through
+  //    ν(α), the hidden state after every residual. The attention output itself is an
+  //    average of values, of norm ≈ 1/c_att (≈ 0.3 here), not 1: with α = 0.05 and ν
+  //    that costs each attention residual only √((0.9025 + 0.0025·0.09)/0.905) ≈ 0.9988.
+  //  * angpt_attnfactor: the same, and the attention output too (× c_att).
+  // Both: the mean row norm after every block within [0.85, 1.15].
   const auto with_nu = angpt_block_norms<Transformer<float, scalar_factors, lerp_nu>>();
+  const auto attnfactor = angpt_block_norms<Transformer<float, scalar_factors_attnfactor, lerp_nu>>();
   for (std::size_t l = 0; l < with_nu.size(); ++l) {
-    INFO("block " << l << " mean row norm " << with_nu[l]);
+    INFO("block " << l << " mean row norm: angpt " << with_nu[l] << ", angpt_attnfactor " << attnfactor[l]);
     CHECK(with_nu[l] >= 0.85);
     CHECK(with_nu[l] <= 1.15);
+    CHECK(attnfactor[l] >= 0.85);
+    CHECK(attnfactor[l] <= 1.15);
   }
   // Without ν(α) each residual shrinks the norm by about √((1−α)² + α²) ≈ 0.951
   // (α = 0.05, sub-layer output ⟂ h): after 16 residuals ≈ 0.45. Measured: the
@@ -236,6 +246,18 @@ TEST_CASE("angpt: the constant factors follow their derivation", "[angpt]") {
   ANGPT<double> plain(small_config(), 1, 8);
   CHECK(doubled.mlp_output_factor() == Approx(2.0 * plain.mlp_output_factor()));
   CHECK(doubled.attn_output_factor() == Approx(plain.attn_output_factor()));
+  // The paper's anGPT has no attention-mixing factor; angpt_attnfactor has c_att.
+  CHECK(plain.attn_output_factor() == 1.0);
+  using AttnFactor = variants::angpt_attnfactor::model<double>;
+  AttnFactor with_catt(small_config(), 1, 8);
+  const ModelConfig sc = small_config();
+  CHECK(with_catt.attn_output_factor() == angpt_attention_factor(sc.head_dim(), 8, sc.sqk_init));
+  CHECK(with_catt.attn_output_factor() > 1.0);
+  CHECK(with_catt.mlp_output_factor() == plain.mlp_output_factor());
+  ModelConfig c2 = small_config();
+  c2.angpt_attn_factor_mult = 0.5;
+  AttnFactor halved(c2, 1, 8);
+  CHECK(halved.attn_output_factor() == Approx(0.5 * with_catt.attn_output_factor()));
 }
 
 // ---------------------------------------------------------------- incremental decoding
@@ -336,4 +358,48 @@ TEST_CASE("determinism: one and two threads give the same bits (gpt, ngpt, angpt
   CHECK(steps_with_threads<variants::gpt::model<float>>(1) == steps_with_threads<variants::gpt::model<float>>(2));
   CHECK(steps_with_threads<variants::ngpt::model<float>>(1) == steps_with_threads<variants::ngpt::model<float>>(2));
   CHECK(steps_with_threads<variants::angpt::model<float>>(1) == steps_with_threads<variants::angpt::model<float>>(2));
+}
+
+// ---------------------------------------------------------------- nGPT with fixed scales
+
+TEST_CASE("ngpt_fixedscales: fixed scales are no parameters (no gradient, no optimizer state); s_z is one scalar",
+          "[ngpt]") {
+  using Fixed = variants::ngpt_fixedscales::model<double>;
+  Fixed model(small_config(), 2, 8);
+  for (const ParamSpec& s : model.params().specs()) {
+    INFO(s.name);
+    CHECK(s.name.find("sqk") == std::string::npos);
+    CHECK(s.name.find("suv") == std::string::npos);
+  }
+  REQUIRE(model.params().has("sz"));
+  CHECK(model.params().spec("sz").numel == 1);
+  // The optimizer's state covers exactly the parameters: nothing for the fixed scales.
+  AdamW<double> opt(model.params(), {});
+  CHECK(opt.exp_avg().size() == model.params().size());
+  // Against nGPT: exactly the sqk and suv tensors and V-1 of s_z's entries fewer.
+  NGPT<double> full(small_config(), 2, 8);
+  const ModelConfig c = small_config();
+  const std::size_t removed = std::size_t(c.n_layer) * (c.n_embd + 8 * c.n_embd) + (c.vocab_size - 1);  // s_qk C, s_uv 2F = 8C
+  CHECK(full.params().size() - model.params().size() == removed);
+}
+
+TEST_CASE("ngpt_fixedscales: at initialisation it computes nGPT's function (the scales are fixed at nGPT's initial "
+          "effective values)", "[ngpt]") {
+  // Matrices draw the same random numbers (scales consume none), so with every
+  // scale at its initial value the two models are the same function.
+  const std::int64_t B = 2, Tn = 9;
+  std::vector<std::int64_t> idx(B * Tn), tgt(B * Tn);
+  make_batch(idx, tgt, 23, 0);
+  variants::ngpt_fixedscales::model<double> fixed(small_config(), B, Tn);
+  NGPT<double> full(small_config(), B, Tn);
+  fixed.init(12);
+  full.init(12);
+  const double lf = fixed.forward(idx.data(), tgt.data(), B, Tn);
+  const double ln = full.forward(idx.data(), tgt.data(), B, Tn);
+  CHECK(lf == Approx(ln).epsilon(1e-14));
+  // One step later nGPT's scales have moved and the fixed ones have not: the losses differ.
+  AdamW<double> of(fixed.params(), {}), on(full.params(), {});
+  train_step(fixed, of, idx.data(), tgt.data(), B, Tn, 1e-2, 1.0);
+  train_step(full, on, idx.data(), tgt.data(), B, Tn, 1e-2, 1.0);
+  CHECK(fixed.forward(idx.data(), tgt.data(), B, Tn) != full.forward(idx.data(), tgt.data(), B, Tn));
 }

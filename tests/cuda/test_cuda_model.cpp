@@ -210,6 +210,7 @@ int main() {
     check_layout<prenorm_rms, residual_add>(be, t);
     check_layout<sphere, lerp_retract>(be, t);
     check_layout<scalar_factors, lerp_nu>(be, t);
+    check_layout<scalar_factors_attnfactor, lerp_nu>(be, t);
     check_layout<prenorm_rms, normlab::lerp>(be, t);
 
     check_golden<cuda::GPT<cuda::f32>>(be, "gpt_small.safetensors", t);
@@ -223,6 +224,7 @@ int main() {
     // tighter than the CPU's float32 path); parameters 5e-4 as the golden check.
     // anGPT and gpt_alpha have no reference file.
     check_against_cpu<scalar_factors, lerp_nu, cuda::f32>(be, t, 5e-5, 5e-4, 2);
+    check_against_cpu<scalar_factors_attnfactor, lerp_nu, cuda::f32>(be, t, 5e-5, 5e-4, 2);
     check_against_cpu<prenorm_rms, normlab::lerp, cuda::f32>(be, t, 5e-5, 5e-4, 2);
     check_against_cpu<sphere, lerp_retract, cuda::f32>(be, t, 5e-5, 5e-4, 2);
     // bf16: activations rounded to 8 bits through 2 layers. Loss and gradients

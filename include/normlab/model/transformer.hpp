@@ -79,7 +79,9 @@ class Transformer {
     tokens_.assign(static_cast<std::size_t>(2 * maxB_ * maxT_), 0);
     cpu::rope_table(rope_cos_.data(), rope_sin_.data(), maxT_, cfg_.head_dim(), cfg_.rope_base);
     if constexpr (Scheme::approx_factors) {
-      attn_factor_ = cfg_.angpt_attn_factor_mult * angpt_attention_factor(cfg_.head_dim(), maxT_, cfg_.sqk_init);
+      // c_att only for the scheme that asks for it (angpt_attnfactor); the paper's anGPT has none.
+      if constexpr (attention_mixing_factor_of<Scheme>())
+        attn_factor_ = cfg_.angpt_attn_factor_mult * angpt_attention_factor(cfg_.head_dim(), maxT_, cfg_.sqk_init);
       mlp_factor_ = cfg_.angpt_mlp_factor_mult * angpt_mlp_factor(cfg_.n_embd);
     }
   }
@@ -145,6 +147,15 @@ class Transformer {
   // anGPT's constant output factors (1 for other schemes), see docs/angpt.md.
   double attn_output_factor() const { return attn_factor_; }
   double mlp_output_factor() const { return mlp_factor_; }
+  // Holds the output factors at given values instead of the ones derived for this
+  // model's max_seq: evaluating a trained model at another context length keeps
+  // the function it was trained as (c_att of angpt_attnfactor depends on T).
+  void hold_output_factors(double attn, double mlp) {
+    if (!std::isfinite(attn) || !std::isfinite(mlp) || attn <= 0 || mlp <= 0)
+      throw Error("Transformer::hold_output_factors: factors must be positive and finite");
+    attn_factor_ = attn;
+    mlp_factor_ = mlp;
+  }
 
   // Forward pass over idx (B,T). With targets, returns the mean cross-entropy
   // and keeps everything backward() needs; without, returns 0 (logits only).
@@ -210,7 +221,7 @@ class Transformer {
     if constexpr (Scheme::scaled_logits) {
       std::fill_n(d_scale_, V, T(0));
       cpu::column_dot_accumulate(d_scale_, d_logits_, logits_raw_, N, V, T(cfg_.sz_init / cfg_.base_scale));
-      fold_scale_grad(sz_, V);
+      fold_scale_grad<ScaleSite::sz>(sz_, V);
       cpu::scale_columns(d_logits_, d_logits_, sz_tmp_, N, V);
     }
     const T* hf = Scheme::rmsnorm_inputs ? hf_norm_ : h_final_;
@@ -234,10 +245,10 @@ class Transformer {
       if constexpr (Residual::learned_alpha) alpha_grad_to_stored(w.mlp_alpha);
       cpu::linear_backward(d_act_, G(w.wproj), d_f_, a.act, P(w.wproj), N, F, C, T(mlp_factor_));
       if constexpr (Scheme::scaled_uv) {
-        effective_scale(w.suv, suv_const(), 2 * F, s_tmp_);
+        effective_scale<ScaleSite::suv>(w.suv, suv_const(), 2 * F, s_tmp_);
         std::fill_n(d_scale_, 2 * F, T(0));
         cpu::scaled_swiglu_backward(d_uv_, d_scale_, d_act_, a.uv, s_tmp_, N, F, T(suv_const()));
-        fold_scale_grad(w.suv, 2 * F);
+        fold_scale_grad<ScaleSite::suv>(w.suv, 2 * F);
       } else {
         cpu::swiglu_backward(d_uv_, d_act_, a.uv, N, F);
       }
@@ -266,21 +277,21 @@ class Transformer {
         cpu::rmsnorm_backward(d_x_, G(w.k_gain), d_k_, a.k, P(w.k_gain), a.kn, N * H, D);
         std::copy_n(d_x_, N * C, d_k_);
       } else if constexpr (Scheme::qk == QkMode::unit_scaled) {  // s_qk, unit norm and RoPE: one fused pass
-        effective_scale(w.sqk, cfg_.sqk_init / cfg_.base_scale, C, s_tmp_);
+        effective_scale<ScaleSite::sqk>(w.sqk, cfg_.sqk_init / cfg_.base_scale, C, s_tmp_);
         const T k = T(cfg_.sqk_init / cfg_.base_scale);
         std::fill_n(d_scale_, C, T(0));
         cpu::rope_l2norm_scale_backward(d_q_, d_scale_, a.qh, a.qn, s_tmp_, rope_cos_.data(), rope_sin_.data(), B,
                                         Tn, H, D, k);
         cpu::rope_l2norm_scale_backward(d_k_, d_scale_, a.kh, a.kn, s_tmp_, rope_cos_.data(), rope_sin_.data(), B,
                                         Tn, H, D, k);
-        fold_scale_grad(w.sqk, C);
+        fold_scale_grad<ScaleSite::sqk>(w.sqk, C);
       } else if constexpr (Scheme::qk == QkMode::scaled_only) {
-        effective_scale(w.sqk, cfg_.sqk_init / cfg_.base_scale, C, s_tmp_);
+        effective_scale<ScaleSite::sqk>(w.sqk, cfg_.sqk_init / cfg_.base_scale, C, s_tmp_);
         const T k = T(cfg_.sqk_init / cfg_.base_scale);
         std::fill_n(d_scale_, C, T(0));
         cpu::column_dot_accumulate(d_scale_, d_q_, a.q, N, C, k);
         cpu::column_dot_accumulate(d_scale_, d_k_, a.k, N, C, k);
-        fold_scale_grad(w.sqk, C);
+        fold_scale_grad<ScaleSite::sqk>(w.sqk, C);
         cpu::scale_columns(d_q_, d_q_, s_tmp_, N, C);
         cpu::scale_columns(d_k_, d_k_, s_tmp_, N, C);
       }
@@ -406,13 +417,16 @@ class Transformer {
         w.attn_alpha = params_.add(p + "attn_alpha", {scale_len(C)}, ParamRole::alpha);
         w.mlp_alpha = params_.add(p + "mlp_alpha", {scale_len(C)}, ParamRole::alpha);
       }
-      if constexpr (Scheme::qk == QkMode::unit_scaled || Scheme::qk == QkMode::scaled_only)
-        w.sqk = params_.add(p + "sqk", {scale_len(C)}, ParamRole::scale);
-      if constexpr (Scheme::scaled_uv) w.suv = params_.add(p + "suv", {scale_len(2 * F)}, ParamRole::scale);
+      if constexpr ((Scheme::qk == QkMode::unit_scaled || Scheme::qk == QkMode::scaled_only) &&
+                    kind<ScaleSite::sqk>() != ScaleKind::fixed)
+        w.sqk = params_.add(p + "sqk", {site_len<ScaleSite::sqk>(C)}, ParamRole::scale);
+      if constexpr (Scheme::scaled_uv && kind<ScaleSite::suv>() != ScaleKind::fixed)
+        w.suv = params_.add(p + "suv", {site_len<ScaleSite::suv>(2 * F)}, ParamRole::scale);
     }
     if constexpr (Scheme::rmsnorm_inputs) ln_f_ = params_.add("rmsnorm_f.weight", {C}, ParamRole::gain);
     lm_head_ = params_.add("lm_head.weight", {V, C}, ParamRole::matrix, rows);
-    if constexpr (Scheme::scaled_logits) sz_ = params_.add("sz", {scale_len(V)}, ParamRole::scale);
+    if constexpr (Scheme::scaled_logits && kind<ScaleSite::sz>() != ScaleKind::fixed)
+      sz_ = params_.add("sz", {site_len<ScaleSite::sz>(V)}, ParamRole::scale);
     if (allocate) params_.finalize();
   }
 
@@ -495,7 +509,7 @@ class Transformer {
     cpu::linear_forward(a.k, x, P(w.wk), N, C, C);
     cpu::linear_forward(a.v, x, P(w.wv), N, C, C);
     if constexpr (Scheme::qk == QkMode::unit_scaled) {  // RoPE, per-head unit norm, s_qk: one fused pass
-      effective_scale(w.sqk, cfg_.sqk_init / cfg_.base_scale, C, s_tmp_);
+      effective_scale<ScaleSite::sqk>(w.sqk, cfg_.sqk_init / cfg_.base_scale, C, s_tmp_);
       cpu::rope_l2norm_scale_forward(a.q, a.qh, a.qn, a.qs, s_tmp_, rope_cos_.data(), rope_sin_.data(), B, Tn, H, D,
                                      pos0);
       cpu::rope_l2norm_scale_forward(a.k, a.kh, a.kn, a.ks, s_tmp_, rope_cos_.data(), rope_sin_.data(), B, Tn, H, D,
@@ -508,7 +522,7 @@ class Transformer {
       cpu::rmsnorm_forward(a.qs, a.qn, a.q, P(w.q_gain), N * H, D, T(cfg_.rmsnorm_eps));
       cpu::rmsnorm_forward(a.ks, a.kn, a.k, P(w.k_gain), N * H, D, T(cfg_.rmsnorm_eps));
     } else if constexpr (Scheme::qk == QkMode::scaled_only) {
-      effective_scale(w.sqk, cfg_.sqk_init / cfg_.base_scale, C, s_tmp_);
+      effective_scale<ScaleSite::sqk>(w.sqk, cfg_.sqk_init / cfg_.base_scale, C, s_tmp_);
       cpu::scale_columns(a.qs, a.q, s_tmp_, N, C);
       cpu::scale_columns(a.ks, a.k, s_tmp_, N, C);
     }
@@ -535,7 +549,7 @@ class Transformer {
     }
     cpu::linear_forward(a.uv, xm, P(w.wfc), N, C, 2 * F);
     if constexpr (Scheme::scaled_uv) {
-      effective_scale(w.suv, suv_const(), 2 * F, s_tmp_);
+      effective_scale<ScaleSite::suv>(w.suv, suv_const(), 2 * F, s_tmp_);
       cpu::scaled_swiglu_forward(a.act, a.uv, s_tmp_, N, F);
     } else {
       cpu::swiglu_forward(a.act, a.uv, N, F);
@@ -555,7 +569,7 @@ class Transformer {
     }
     cpu::linear_forward(logits_raw_, hf, P(lm_head_), N, C, V);
     if constexpr (Scheme::scaled_logits) {
-      effective_scale(sz_, cfg_.sz_init / cfg_.base_scale, V, sz_tmp_);
+      effective_scale<ScaleSite::sz>(sz_, cfg_.sz_init / cfg_.base_scale, V, sz_tmp_);
       cpu::scale_columns(logits_, logits_raw_, sz_tmp_, N, V);
     }
   }
@@ -584,13 +598,41 @@ class Transformer {
   static std::int64_t scale_len(std::int64_t n) { return Scheme::scalar_scales ? 1 : n; }
   double suv_const() const { return cfg_.suv_init * std::sqrt(double(cfg_.n_embd)); }
 
-  // out(n) = stored × k, broadcast when the scheme learns one scalar.
+  template <ScaleSite W>
+  static consteval ScaleKind kind() { return scale_kind_of<Scheme, W>(); }
+  template <ScaleSite W>
+  static std::int64_t site_len(std::int64_t n) { return kind<W>() == ScaleKind::scalar ? 1 : n; }
+  // The stored value a scale starts from (init()): s_uv 1, s_qk and s_z base_scale.
+  template <ScaleSite W>
+  T initial_stored() const { return W == ScaleSite::suv ? T(1) : T(cfg_.base_scale); }
+
+  // out(n) = stored × k, broadcast when the scale is one learned scalar; a fixed
+  // scale is its initial effective value, initial stored × k, as a learned one starts.
+  template <ScaleSite W>
   void effective_scale(std::size_t off, double k, std::int64_t n, T* out) const {
-    const T* p = P(off);
-    for (std::int64_t c = 0; c < n; ++c) out[c] = T(double(p[Scheme::scalar_scales ? 0 : c]) * k);
+    if constexpr (kind<W>() == ScaleKind::fixed) {
+      std::fill_n(out, n, T(double(initial_stored<W>()) * k));
+    } else {
+      const T* p = P(off);
+      for (std::int64_t c = 0; c < n; ++c) out[c] = T(double(p[kind<W>() == ScaleKind::scalar ? 0 : c]) * k);
+    }
   }
-  // d_scale_(n) holds d loss / d(expanded stored values); fold into the parameter.
+  // d_scale_(n) holds d loss / d(expanded stored values); fold into the parameter
+  // (nothing for a fixed scale: it has no parameter).
+  template <ScaleSite W>
   void fold_scale_grad(std::size_t off, std::int64_t n) {
+    if constexpr (kind<W>() == ScaleKind::fixed) return;
+    else if constexpr (kind<W>() == ScaleKind::scalar) {
+      T acc = 0;
+      for (std::int64_t c = 0; c < n; ++c) acc += d_scale_[c];
+      G(off)[0] += acc;
+    } else {
+      T* g = G(off);
+      for (std::int64_t c = 0; c < n; ++c) g[c] += d_scale_[c];
+    }
+  }
+  // The same for α, whose kind follows scalar_scales.
+  void fold_alpha_grad(std::size_t off, std::int64_t n) {
     T* g = G(off);
     if constexpr (Scheme::scalar_scales) {
       T acc = 0;
@@ -615,7 +657,7 @@ class Transformer {
       const double sgn = x > 0 ? 1.0 : (x < 0 ? -1.0 : 0.0);
       d_scale_[c] = T(double(d_alpha_[c]) * sgn * k);
     }
-    fold_scale_grad(off, cfg_.n_embd);
+    fold_alpha_grad(off, cfg_.n_embd);
   }
 
   static void add_into(T* dst, const T* src, std::int64_t n) {

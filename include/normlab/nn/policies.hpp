@@ -77,10 +77,11 @@ struct sphere_scalar : sphere {
   static constexpr bool scalar_scales = true;
 };
 
-// anGPT: no exact normalization of hidden states; constant factors derived
-// from norm concentration keep each sub-layer's output near unit norm at
-// initialisation (docs/angpt.md); q,k exactly normalized as nGPT; weights
-// bounded to norm ≤ 1 instead of fixed to 1.
+// anGPT as published: no exact normalization of hidden states; constant factors
+// derived from norm concentration (the MLP's c_mlp and the s_uv·√d scale) keep
+// each linear map's output near unit norm at initialisation (docs/angpt.md);
+// attention mixing is not rescaled (c_att = 1, as the paper); q,k exactly
+// normalized as nGPT; weights bounded to norm ≤ 1 instead of fixed to 1.
 struct scalar_factors {
   static constexpr std::string_view name = "scalar_factors";
   static constexpr bool rmsnorm_inputs = false;
@@ -93,6 +94,50 @@ struct scalar_factors {
   static constexpr WeightConstraint weights = WeightConstraint::bounded;
   static constexpr bool hidden_on_sphere = false;
 };
+
+// anGPT as normlab first built it, kept as its own variant (angpt_attnfactor):
+// the attention output is also multiplied by c_att, a Monte Carlo estimate of
+// 1/‖Σ_s p_ts v_s‖ at initialisation (docs/angpt.md). The paper leaves attention
+// mixing un-normalized (causal attention makes such a factor inaccurate), so the
+// published anGPT is scalar_factors, with c_att = 1.
+struct scalar_factors_attnfactor : scalar_factors {
+  static constexpr std::string_view name = "scalar_factors_attnfactor";
+  static constexpr bool attention_mixing_factor = true;
+};
+
+// How a learned scale of nGPT (s_qk, s_uv, s_z) is held: a vector of one value per
+// dimension (the paper), one learned scalar, or fixed at its initial effective value
+// (not a parameter, no gradient, no optimizer state; its value follows from the
+// model config, which checkpoints record).
+enum class ScaleKind { vector, scalar, fixed };
+enum class ScaleSite { sqk, suv, sz };
+
+// A scheme may set `sqk_scale`, `suv_scale`, `sz_scale` (ScaleKind) one by one;
+// absent, every scale is `scalar` when the scheme's scalar_scales is set, else `vector`.
+template <class S, ScaleSite W>
+consteval ScaleKind scale_kind_of() {
+  if constexpr (W == ScaleSite::sqk && requires { S::sqk_scale; }) return S::sqk_scale;
+  else if constexpr (W == ScaleSite::suv && requires { S::suv_scale; }) return S::suv_scale;
+  else if constexpr (W == ScaleSite::sz && requires { S::sz_scale; }) return S::sz_scale;
+  else return S::scalar_scales ? ScaleKind::scalar : ScaleKind::vector;
+}
+
+// The nGPT paper's ablation (§3.3 / appendix): s_qk, s_u and s_ν fixed at their
+// initial values, one global learnable scalar s_z; α stays per-dimension.
+struct sphere_fixedscales : sphere {
+  static constexpr std::string_view name = "sphere_fixedscales";
+  static constexpr ScaleKind sqk_scale = ScaleKind::fixed;
+  static constexpr ScaleKind suv_scale = ScaleKind::fixed;
+  static constexpr ScaleKind sz_scale = ScaleKind::scalar;
+};
+
+// Whether a scheme scales the attention output by anGPT's c_att. Optional in a
+// scheme (absent = false), so schemes written before it need no change.
+template <class S>
+consteval bool attention_mixing_factor_of() {
+  if constexpr (requires { S::attention_mixing_factor; }) return S::attention_mixing_factor;
+  else return false;
+}
 
 template <class S>
 concept NormScheme = requires {

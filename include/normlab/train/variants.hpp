@@ -26,7 +26,11 @@ NORMLAB_VARIANT(ngpt, sphere, lerp_retract, "nGPT as published")
 NORMLAB_VARIANT(ngpt_slerp, sphere, slerp, "geodesic (SLERP) instead of LERP + retraction")
 NORMLAB_VARIANT(ngpt_noqknorm, sphere_noqknorm, lerp_retract, "nGPT without normalizing q and k")
 NORMLAB_VARIANT(ngpt_scalar, sphere_scalar, lerp_retract, "one scalar each for alpha, s_qk, s_uv, s_z")
-NORMLAB_VARIANT(angpt, scalar_factors, lerp_nu, "anGPT: constant factors instead of exact norms")
+NORMLAB_VARIANT(ngpt_fixedscales, sphere_fixedscales, lerp_retract,
+                "s_qk, s_u, s_v fixed at their initial values, one learned scalar s_z (the paper's ablation)")
+NORMLAB_VARIANT(angpt, scalar_factors, lerp_nu, "anGPT as published: constant factors instead of exact norms")
+NORMLAB_VARIANT(angpt_attnfactor, scalar_factors_attnfactor, lerp_nu,
+                "anGPT plus normlab's attention-mixing factor c_att (normlab's extension)")
 
 #undef NORMLAB_VARIANT
 
@@ -34,7 +38,8 @@ NORMLAB_VARIANT(angpt, scalar_factors, lerp_nu, "anGPT: constant factors instead
 
 using all_variants =
     std::tuple<variants::gpt, variants::gpt_qknorm, variants::gpt_alpha, variants::ngpt, variants::ngpt_slerp,
-               variants::ngpt_noqknorm, variants::ngpt_scalar, variants::angpt>;
+               variants::ngpt_noqknorm, variants::ngpt_scalar, variants::ngpt_fixedscales, variants::angpt,
+               variants::angpt_attnfactor>;
 
 // Calls f(Tag{}) for the variant called `name`; returns false if none matches.
 template <class F>

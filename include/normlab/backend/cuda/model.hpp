@@ -68,8 +68,11 @@ class Transformer {
   static_assert(Scheme::qk == QkMode::none || Scheme::qk == QkMode::unit_scaled,
                 "normlab::cuda: QK modes rms_gain (gpt_qknorm) and scaled_only (ngpt_noqknorm) are not implemented "
                 "by the CUDA backend yet; use the CPU backend for those variants");
-  static_assert(!Scheme::scalar_scales,
-                "normlab::cuda: scalar learned scales (ngpt_scalar) are not implemented by the CUDA backend yet");
+  static_assert(!Scheme::scalar_scales && scale_kind_of<Scheme, ScaleSite::sqk>() == ScaleKind::vector &&
+                    scale_kind_of<Scheme, ScaleSite::suv>() == ScaleKind::vector &&
+                    scale_kind_of<Scheme, ScaleSite::sz>() == ScaleKind::vector,
+                "normlab::cuda: scalar or fixed learned scales (ngpt_scalar, ngpt_fixedscales) are not implemented by "
+                "the CUDA backend yet");
   static_assert(std::is_same_v<Storage, f32> || std::is_same_v<Storage, bf16>,
                 "normlab::cuda: Storage must be cuda::f32 or cuda::bf16");
   static constexpr Dtype dt = Storage::dtype;
@@ -106,7 +109,9 @@ class Transformer {
     upload(rope_cos_, cosv.data(), cosv.size() * 4);
     upload(rope_sin_, sinv.data(), sinv.size() * 4);
     if constexpr (Scheme::approx_factors) {
-      attn_factor_ = cfg_.angpt_attn_factor_mult * angpt_attention_factor(cfg_.head_dim(), maxT_, cfg_.sqk_init);
+      // c_att only for the scheme that asks for it (angpt_attnfactor); the paper's anGPT has none.
+      if constexpr (attention_mixing_factor_of<Scheme>())
+        attn_factor_ = cfg_.angpt_attn_factor_mult * angpt_attention_factor(cfg_.head_dim(), maxT_, cfg_.sqk_init);
       mlp_factor_ = cfg_.angpt_mlp_factor_mult * angpt_mlp_factor(cfg_.n_embd);
     }
     configure_optimizer(AdamWConfig{});
@@ -682,5 +687,7 @@ template <class Storage>
 using NGPT = Transformer<sphere, lerp_retract, Storage>;
 template <class Storage>
 using ANGPT = Transformer<scalar_factors, lerp_nu, Storage>;
+template <class Storage>
+using ANGPT_ATTNFACTOR = Transformer<scalar_factors_attnfactor, lerp_nu, Storage>;
 
 }  // namespace normlab::cuda
