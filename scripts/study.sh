@@ -7,6 +7,7 @@
 #   bash scripts/study.sh angpt          # angpt vs angpt_attnfactor (+ hidden norms per layer)
 #   bash scripts/study.sh extrapolation  # gpt, gpt_qknorm, ngpt, ngpt_noqknorm at T=128, evaluated at 128..1024
 #   bash scripts/study.sh fixedscales    # ngpt vs ngpt_fixedscales at the training length
+#   bash scripts/study.sh lr-rest        # the lr sweep alone for gpt_alpha, ngpt_slerp, ngpt_scalar
 #
 # Per arm: (1) a learning-rate sweep, one seed, SWEEP_STEPS steps, grid LR_GRID;
 # each variant's lr = the grid point with the lowest final validation loss;
@@ -23,8 +24,10 @@ case $ARM in
   angpt) VARIANTS=angpt,angpt_attnfactor ;;
   extrapolation) VARIANTS=gpt,gpt_qknorm,ngpt,ngpt_noqknorm ;;
   fixedscales) VARIANTS=ngpt,ngpt_fixedscales ;;
-  *) echo "study: unknown arm '$ARM' (angpt, extrapolation, fixedscales)" >&2; exit 2 ;;
+  lr-rest) VARIANTS=gpt_alpha,ngpt_slerp,ngpt_scalar; FULL=0 ;;  # only the sweep: the trainers' default lrs
+  *) echo "study: unknown arm '$ARM' (angpt, extrapolation, fixedscales, lr-rest)" >&2; exit 2 ;;
 esac
+FULL=${FULL:-1}
 bash scripts/bootstrap.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 targets=(normlab-ablate normlab-eval normlab-diagnose)
@@ -65,6 +68,8 @@ for v in ${VARIANTS//,/ }; do
   echo "| $v | **chosen: $best** | $bestl |" >> "$OUT/sweep.md"
 done
 cat "$OUT/sweep.md"
+
+[ "$FULL" -eq 1 ] || exit 0
 
 # (2) the full runs, each variant at its lr, into OUT/full/<variant>/seed<S>
 for v in ${VARIANTS//,/ }; do
