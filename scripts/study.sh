@@ -44,6 +44,7 @@ train() {  # variant out-dir flags...
   local v=$1 dir=$2
   shift 2
   if [ -f "$dir/summary.json" ]; then return 0; fi
+  if [ -f "$dir/DIVERGED" ]; then return 3; fi
   local resume=()
   [ -f "$dir/ckpt.safetensors" ] && resume=(--resume)
   echo "study: train-$v $* -> $dir ${resume[*]}"
@@ -59,9 +60,17 @@ for v in ${VARIANTS//,/ }; do
   best="" bestl=""
   for lr in ${LR_GRID//,/ }; do
     dir=$OUT/sweep/$v/lr$lr
-    train "$v" "$dir" --lr "$lr" --min-lr "$(awk -v l="$lr" 'BEGIN{print l/10}')" --steps "$SWEEP_STEPS" --seed 1
-    l=$(final_val "$dir")
-    echo "| $v | $lr | $l |" >> "$OUT/sweep.md"
+    # A run that diverges (exit 3: non-finite loss) is a result of the sweep, not an error.
+    if train "$v" "$dir" --lr "$lr" --min-lr "$(awk -v l="$lr" 'BEGIN{print l/10}')" --steps "$SWEEP_STEPS" --seed 1; then
+      l=$(final_val "$dir")
+      echo "| $v | $lr | $l |" >> "$OUT/sweep.md"
+    else
+      rc=$?
+      [ $rc -eq 3 ] || exit $rc
+      touch "$dir/DIVERGED"
+      l=1e9
+      echo "| $v | $lr | diverged (non-finite loss) |" >> "$OUT/sweep.md"
+    fi
     if [ -z "$bestl" ] || awk -v a="$l" -v b="$bestl" 'BEGIN{exit !(a < b)}'; then best=$lr bestl=$l; fi
   done
   LR[$v]=$best

@@ -287,6 +287,22 @@ TEST_CASE("ablate: the baseline row is 1.00 even when it touched its final loss 
   CHECK(row_of(md, "gpt (baseline)").find("| 45455 | 1.00 |") != std::string::npos);
 }
 
+TEST_CASE("ablate: the report states each variant's learning rate from the summaries", "[ablate]") {
+  TempDir tmp;
+  std::vector<ab::VariantRuns> runs;
+  for (const auto& [v, lr] : {std::pair<std::string, const char*>{"gpt", "0.003"}, {"ngpt", "0.01"}}) {
+    const fs::path dir = tmp.path / v / "seed1";
+    write(dir / "metrics.jsonl", metrics_text(linear(4.0, 2.0, 1.0)));
+    write(dir / "summary.json", "{\"variant\": \"" + v + "\", \"seed\": 1, \"steps\": 100, \"tokens\": 100000, "
+                                "\"final_val_loss\": 2.0, \"mean_step_time_s\": 0.1, \"total_time_s\": 10.0, \"lr\": " +
+                                lr + "}");
+    runs.push_back({v, {ab::load_run(dir, v, 1)}});
+  }
+  const std::string md = ab::results_markdown(runs, {});
+  INFO(md);
+  CHECK(md.find("- Peak learning rates (from each run's summary.json): gpt 0.003, ngpt 0.01") != std::string::npos);
+}
+
 TEST_CASE("ablate: a diverged baseline gives no target and no made-up speedups", "[ablate]") {
   TempDir tmp;
   const fs::path dir = tmp.path / "gpt" / "seed1";

@@ -362,7 +362,7 @@ TEST_CASE("determinism: one and two threads give the same bits (gpt, ngpt, angpt
 
 // ---------------------------------------------------------------- nGPT with fixed scales
 
-TEST_CASE("ngpt_fixedscales: fixed scales are no parameters (no gradient, no optimizer state); s_z is one scalar",
+TEST_CASE("ngpt_fixedscales: fixed scales are no parameters (no gradient, no optimizer state), and s_z is one scalar",
           "[ngpt]") {
   using Fixed = variants::ngpt_fixedscales::model<double>;
   Fixed model(small_config(), 2, 8);

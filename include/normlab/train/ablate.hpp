@@ -250,6 +250,7 @@ struct RunSummary {
   std::optional<std::int64_t> params;
   std::optional<double> entropy_floor_nats;
   std::string data;
+  std::optional<double> lr;  // the peak learning rate the run used (summaries since 2026-12-01)
 };
 
 inline RunSummary read_summary(const fs::path& summary_json) {
@@ -278,6 +279,7 @@ inline RunSummary read_summary(const fs::path& summary_json) {
     s.params = p->get<std::int64_t>();
   }
   s.entropy_floor_nats = detail::opt_number(j, "entropy_floor_nats", where);
+  s.lr = detail::opt_number(j, "lr", where);
   if (const auto d = j.find("data"); d != j.end() && !d->is_null()) {
     if (!d->is_string()) throw Error(where + ": field \"data\" is not a string");
     s.data = d->get<std::string>();
@@ -495,6 +497,20 @@ inline std::string results_markdown(const std::vector<VariantRuns>& variants, Re
   os << "- Time to target is elapsed training time from each run's metrics.jsonl (evaluation included; carried "
         "across interruptions by --resume), measured while the runs ran one after another: a wall-clock "
         "comparison on a shared machine, not an interleaved benchmark.\n";
+  // Each variant's learning rate(s), as its runs' summaries record them.
+  {
+    std::string lrs;
+    for (const auto& v : variants) {
+      std::vector<double> seen;
+      for (const auto& r : v.runs)
+        if (r.summary.lr && std::find(seen.begin(), seen.end(), *r.summary.lr) == seen.end())
+          seen.push_back(*r.summary.lr);
+      if (seen.empty()) continue;
+      lrs += (lrs.empty() ? "" : ", ") + detail::md_cell(v.variant) + " ";
+      for (std::size_t i = 0; i < seen.size(); ++i) lrs += (i ? "/" : "") + detail::fmt("%g", seen[i]);
+    }
+    if (!lrs.empty()) os << "- Peak learning rates (from each run's summary.json): " << lrs << "\n";
+  }
   os << "- Values are mean ± sample sd over seeds; tokens/s is training throughput (eval excluded).\n\n";
 
   os << "| variant | seeds | final val loss | tokens to target | speedup (tokens) | time to target (s) | "

@@ -46,8 +46,8 @@ struct TrainOptions {
   std::int64_t d = 128;
   std::int64_t layers = 4;
   std::int64_t heads = 4;
-  double lr = 3e-3;
-  double min_lr = 3e-4;
+  double lr = 0;                     // 0: the variant's default (variants.hpp), or the checkpoint's on resume
+  double min_lr = -1;                // -1: lr / 10
   std::int64_t warmup = -1;          // -1: the variant's default
   double weight_decay = -1;          // -1: the variant's default
   double grad_clip = 1.0;
@@ -244,12 +244,25 @@ int run_training(TrainOptions o) {
                   "): pass --resume to continue it, or --overwrite to replace it");
     for (const fs::path& p : {ckpt, summary_path, metrics_path}) fs::remove(p);
   }
-  // The defaults that depend on --steps (GPT's warmup = steps/10) come from the
-  // checkpoint on resume, so a resume may grow --steps without changing them.
-  if (o.resume && fs::exists(ckpt) && o.warmup < 0) {
+  // Defaults the user did not set come from the checkpoint on resume: the warmup
+  // (GPT's is steps/10, so a resume may grow --steps without changing it) and the
+  // learning rates (whose defaults may have changed since the run started).
+  std::string lr_source = "--lr";
+  if (o.resume && fs::exists(ckpt)) {
     const auto f = io::SafetensorsFile::open(ckpt);
-    if (f.metadata().count("run.warmup")) o.warmup = checkpoint_int(f, "run.warmup");
+    if (o.warmup < 0 && f.metadata().count("run.warmup")) o.warmup = checkpoint_int(f, "run.warmup");
+    if (o.lr == 0 && f.metadata().count("run.lr")) {
+      o.lr = checkpoint_double(f, "run.lr");
+      lr_source = "the checkpoint's";
+    }
+    if (o.min_lr < 0 && f.metadata().count("run.min_lr")) o.min_lr = checkpoint_double(f, "run.min_lr");
   }
+  if (o.lr == 0) {
+    o.lr = Tag::default_lr;
+    lr_source = "the default for " + std::string(Tag::name) + " (" + std::string(variants::kDefaultLrSource) + ")";
+  }
+  if (o.min_lr < 0) o.min_lr = o.lr / 10;
+  if (o.min_lr > o.lr) throw Error("--min-lr " + exact_string(o.min_lr) + " must not exceed --lr " + exact_string(o.lr));
   apply_variant_defaults<Model>(o);
 #ifdef _OPENMP
   if (o.threads > 0) omp_set_num_threads(o.threads);
@@ -343,8 +356,10 @@ int run_training(TrainOptions o) {
                 (long long)o.d, (long long)o.layers, (long long)o.heads, (long long)o.seq, (long long)o.batch,
                 (long long)o.accum, o.lr, o.min_lr, (long long)o.warmup, o.weight_decay, o.grad_clip,
                 (long long)o.steps);
-  if (!o.quiet)
+  if (!o.quiet) {
+    std::printf("learning rate: %g, %s; cosine to %g\n", o.lr, lr_source.c_str(), o.min_lr);
     std::printf("memory: %s planned (%s)\n", detail::gib(memory.total()).c_str(), memory.breakdown().c_str());
+  }
   if (!o.quiet && std::isfinite(td.entropy_floor_nats))
     std::printf("data: entropy floor %.4f nats/token (the lowest loss any model can reach)\n",
                 td.entropy_floor_nats);
@@ -418,6 +433,8 @@ int run_training(TrainOptions o) {
   nlohmann::json summary = {{"variant", std::string(Tag::name)},
                             {"seed", o.seed},
                             {"steps", o.steps},
+                            {"lr", o.lr},
+                            {"min_lr", o.min_lr},
                             {"tokens", o.steps * tokens_per_step},
                             {"final_val_loss", last_val},
                             {"mean_step_time_s", ran > 0 ? step_time_sum / double(ran) : 0.0},
@@ -506,7 +523,7 @@ struct TrainCommand {
 };
 
 inline std::optional<int> parse_train_command(int argc, const char* const* argv, std::string_view variant,
-                                              std::string_view isolates, TrainCommand& cmd) {
+                                              std::string_view isolates, TrainCommand& cmd, double default_lr = 0) {
   TrainOptions& o = cmd.train;
   SampleOptions& so = cmd.sample;
   CLI::App app{"Train the '" + std::string(variant) + "' variant (" + std::string(isolates) +
@@ -526,8 +543,11 @@ inline std::optional<int> parse_train_command(int argc, const char* const* argv,
   app.add_option("--d", o.d, "embedding dimension")->capture_default_str()->check(positive_integer());
   app.add_option("--layers", o.layers, "transformer blocks")->capture_default_str()->check(positive_integer());
   app.add_option("--heads", o.heads, "attention heads")->capture_default_str()->check(positive_integer());
-  app.add_option("--lr", o.lr, "peak learning rate")->capture_default_str()->check(positive_real());
-  app.add_option("--min-lr", o.min_lr, "learning rate at the end of the cosine")->capture_default_str()->check(non_negative_real());
+  app.add_option("--lr", o.lr, "peak learning rate (default: the variant's, from docs/study.md's sweep: " +
+                                   std::string(variant) + " " + exact_string(default_lr) + ")")
+      ->check(positive_real());
+  app.add_option("--min-lr", o.min_lr, "learning rate at the end of the cosine (default: lr/10)")
+      ->check(non_negative_real());
   app.add_option("--warmup", o.warmup, "linear warmup steps (default: steps/10 for GPT variants, 0 for nGPT/anGPT)")
       ->check(non_negative_integer());
   app.add_option("--weight-decay", o.weight_decay, "AdamW decay of matrices (default: 0.1 GPT, 0 nGPT/anGPT)")
@@ -577,7 +597,7 @@ inline std::optional<int> parse_train_command(int argc, const char* const* argv,
 template <class Tag>
 int train_main(int argc, char** argv) {
   TrainCommand cmd;
-  if (auto rc = parse_train_command(argc, argv, Tag::name, Tag::isolates, cmd)) return *rc;
+  if (auto rc = parse_train_command(argc, argv, Tag::name, Tag::isolates, cmd, Tag::default_lr)) return *rc;
   TrainOptions& o = cmd.train;
   SampleOptions& so = cmd.sample;
   try {
@@ -585,13 +605,14 @@ int train_main(int argc, char** argv) {
       throw Error("--d " + std::to_string(o.d) + " must be a multiple of --heads " + std::to_string(o.heads) +
                   " with an even head dimension");
     if (o.stop_at > o.steps) throw Error("--stop-at must not exceed --steps");
-    if (o.min_lr > o.lr) throw Error("--min-lr " + exact_string(o.min_lr) + " must not exceed --lr " + exact_string(o.lr));
     if (cmd.sampling) {
       std::printf("%s\n", run_sampling<Tag>(so).c_str());
       return 0;
     }
     if (cmd.dry_run) {
       using Model = typename Tag::template model<float>;
+      const double lr = o.lr > 0 ? o.lr : Tag::default_lr, min_lr = o.min_lr >= 0 ? o.min_lr : lr / 10;
+      if (min_lr > lr) throw Error("--min-lr " + exact_string(min_lr) + " must not exceed --lr " + exact_string(lr));
       ModelConfig mc;
       mc.vocab_size = o.vocab > 0 ? o.vocab : 256;
       mc.n_embd = o.d;

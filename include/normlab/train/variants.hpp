@@ -10,26 +10,31 @@
 namespace normlab {
 namespace variants {
 
-#define NORMLAB_VARIANT(NAME, SCHEME, RULE, WHAT)   \
-  struct NAME {                                     \
-    static constexpr std::string_view name = #NAME; \
-    static constexpr std::string_view isolates = WHAT; \
-    template <class T>                              \
-    using model = Transformer<T, SCHEME, RULE>;     \
+// Where the trainers' per-variant default learning rates come from.
+inline constexpr std::string_view kDefaultLrSource =
+    "docs/study.md: best of {3e-3, 1e-2, 3e-2} in a 300-step sweep on Brown, d=128, T=128, 2026-12-01";
+
+#define NORMLAB_VARIANT(NAME, SCHEME, RULE, LR, WHAT)   \
+  struct NAME {                                         \
+    static constexpr std::string_view name = #NAME;     \
+    static constexpr std::string_view isolates = WHAT;  \
+    static constexpr double default_lr = LR;            \
+    template <class T>                                  \
+    using model = Transformer<T, SCHEME, RULE>;         \
   };
 
 // The ablation matrix (docs/variants.md). Each row is one type.
-NORMLAB_VARIANT(gpt, prenorm_rms, residual_add, "baseline: pre-norm RMSNorm + residual add")
-NORMLAB_VARIANT(gpt_qknorm, prenorm_rms_qknorm, residual_add, "GPT+ with RMSNorm (learned gain) on q and k")
-NORMLAB_VARIANT(gpt_alpha, prenorm_rms, lerp, "the learned step alpha without the sphere")
-NORMLAB_VARIANT(ngpt, sphere, lerp_retract, "nGPT as published")
-NORMLAB_VARIANT(ngpt_slerp, sphere, slerp, "geodesic (SLERP) instead of LERP + retraction")
-NORMLAB_VARIANT(ngpt_noqknorm, sphere_noqknorm, lerp_retract, "nGPT without normalizing q and k")
-NORMLAB_VARIANT(ngpt_scalar, sphere_scalar, lerp_retract, "one scalar each for alpha, s_qk, s_uv, s_z")
-NORMLAB_VARIANT(ngpt_fixedscales, sphere_fixedscales, lerp_retract,
+NORMLAB_VARIANT(gpt, prenorm_rms, residual_add, 3e-3, "baseline: pre-norm RMSNorm + residual add")
+NORMLAB_VARIANT(gpt_qknorm, prenorm_rms_qknorm, residual_add, 3e-3, "GPT+ with RMSNorm (learned gain) on q and k")
+NORMLAB_VARIANT(gpt_alpha, prenorm_rms, lerp, 1e-2, "the learned step alpha without the sphere")
+NORMLAB_VARIANT(ngpt, sphere, lerp_retract, 1e-2, "nGPT as published")
+NORMLAB_VARIANT(ngpt_slerp, sphere, slerp, 1e-2, "geodesic (SLERP) instead of LERP + retraction")
+NORMLAB_VARIANT(ngpt_noqknorm, sphere_noqknorm, lerp_retract, 1e-2, "nGPT without normalizing q and k")
+NORMLAB_VARIANT(ngpt_scalar, sphere_scalar, lerp_retract, 1e-2, "one scalar each for alpha, s_qk, s_uv, s_z")
+NORMLAB_VARIANT(ngpt_fixedscales, sphere_fixedscales, lerp_retract, 1e-2,
                 "s_qk, s_u, s_v fixed at their initial values, one learned scalar s_z (the paper's ablation)")
-NORMLAB_VARIANT(angpt, scalar_factors, lerp_nu, "anGPT as published: constant factors instead of exact norms")
-NORMLAB_VARIANT(angpt_attnfactor, scalar_factors_attnfactor, lerp_nu,
+NORMLAB_VARIANT(angpt, scalar_factors, lerp_nu, 1e-2, "anGPT as published: constant factors instead of exact norms")
+NORMLAB_VARIANT(angpt_attnfactor, scalar_factors_attnfactor, lerp_nu, 3e-3,
                 "anGPT plus normlab's attention-mixing factor c_att (normlab's extension)")
 
 #undef NORMLAB_VARIANT
