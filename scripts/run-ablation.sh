@@ -2,7 +2,7 @@
 # The main job: trains gpt, ngpt and angpt on the Brown corpus (byte tokens)
 # with the same data, config and seed, then writes runs/ablation/results.md
 # (tokens and wall-clock time to reach gpt's final validation loss) and
-# runs/ablation/loss_vs_tokens.{png,svg}. 3 min 14 s of training on 2 cores (2026-12-01),
+# runs/ablation/loss_vs_tokens.{png,svg}. 3 min 1 s of training on 2 cores (2026-12-01),
 # plus the first build. A rerun skips finished runs and resumes interrupted ones.
 #
 #   bash scripts/run-ablation.sh                      # the preset
