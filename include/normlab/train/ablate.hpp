@@ -506,8 +506,13 @@ inline std::string results_markdown(const std::vector<VariantRuns>& variants, Re
         if (r.summary.lr && std::find(seen.begin(), seen.end(), *r.summary.lr) == seen.end())
           seen.push_back(*r.summary.lr);
       if (seen.empty()) continue;
-      lrs += (lrs.empty() ? "" : ", ") + detail::md_cell(v.variant) + " ";
-      for (std::size_t i = 0; i < seen.size(); ++i) lrs += (i ? "/" : "") + detail::fmt("%g", seen[i]);
+      // Appended piece by piece: GCC 12 reports a false -Wrestrict on "literal" + std::string&&.
+      if (!lrs.empty()) lrs.append(", ");
+      lrs.append(detail::md_cell(v.variant)).append(" ");
+      for (std::size_t i = 0; i < seen.size(); ++i) {
+        if (i) lrs.append("/");
+        lrs.append(detail::fmt("%g", seen[i]));
+      }
     }
     if (!lrs.empty()) os << "- Peak learning rates (from each run's summary.json): " << lrs << "\n";
   }
