@@ -132,16 +132,7 @@ int main(int argc, char** argv) {
   app.add_option("--batch", batch, "sequences per validation batch (each run.seq tokens long)")
       ->capture_default_str()->check(normlab::cli::integer(1, 4096))->needs(data_opt);
   app.add_option("--plots", plots, "write singular-value spectra plots (PNG and SVG via gnuplot) into this directory");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    app.exit(e);
-    return 2;
-  }
+  if (const auto rc = normlab::cli::parse(app, argc, argv)) return *rc;
   if (ckpt.empty() && compare.empty()) {
     std::fprintf(stderr, "normlab-diagnose: give a checkpoint, or --compare A B ... (see --help)\n");
     return 2;

@@ -72,14 +72,7 @@ int main(int argc, char** argv) {
   app.add_option("--bucket", bucket, "positions per bucket (default: the training length)")
       ->check(cli::integer(1, 1 << 16));
   app.add_option("--out", out_dir, "also write eval.md, eval.json and eval.png/.svg (gnuplot) here");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    app.exit(e);
-    return 2;
-  }
+  if (const auto rc = cli::parse(app, argc, argv)) return *rc;
   try {
     const std::vector<std::int64_t> lengths = parse_lengths(seq_s);
     const auto f = io::SafetensorsFile::open(ckpt);

@@ -22,14 +22,7 @@ int main(int argc, char** argv) {
       ->check(normlab::cli::non_negative_integer());
   app.add_option("--seed", seed, "seed of the probe model")->capture_default_str()
       ->check(normlab::cli::non_negative_integer());
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    app.exit(e);
-    return 2;  // bad input, as every normlab tool
-  }
+  if (const auto rc = normlab::cli::parse(app, argc, argv)) return *rc;
   if (!all && variant.empty()) {
     std::fprintf(stderr, "normlab-gradcheck: give --variant NAME or --all\n");
     return 2;

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <limits>
+#include <optional>
 #include <string>
 #include <system_error>
 
@@ -97,6 +98,19 @@ inline CLI::Validator byte_size() {
         return {};
       },
       "SIZE");
+}
+
+// Parses a command line the way every normlab tool does: nullopt to go on; else
+// the exit code to return now, 0 after --help, 2 for any bad flag (CLI11 prints
+// the message).
+inline std::optional<int> parse(CLI::App& app, int argc, const char* const* argv) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);  // 0 for the help requests
+    return rc == 0 ? 0 : 2;
+  }
+  return std::nullopt;
 }
 
 }  // namespace normlab::cli

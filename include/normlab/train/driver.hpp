@@ -128,17 +128,30 @@ inline std::string duration(double s) {
   return b;
 }
 
-// Keep only the metrics lines of steps the checkpoint has (a resumed run
-// rewrites what came after it, so curves have no duplicates).
-inline void truncate_metrics(const std::filesystem::path& file, std::int64_t steps_done) {
+// The time earlier sessions of a resumed run spent training, from the metrics it keeps.
+struct TimeSpent {
+  double elapsed_s = 0;    // elapsed_s of the last kept line
+  double step_time_s = 0;  // Σ step_time_s over the kept lines
+};
+
+// Keeps only the metrics lines of steps the checkpoint has (a resumed run
+// rewrites what came after it, so curves have no duplicates), and returns the
+// time those lines record, so elapsed_s and the summary's totals survive an
+// interruption.
+inline TimeSpent truncate_metrics(const std::filesystem::path& file, std::int64_t steps_done) {
+  TimeSpent spent;
   std::ifstream in(file);
-  if (!in) return;
+  if (!in) return spent;
   std::vector<std::string> keep;
   std::string line;
   while (std::getline(in, line)) {
     if (line.empty()) continue;
     try {
-      if (nlohmann::json::parse(line).value("step", std::int64_t(0)) <= steps_done) keep.push_back(line);
+      const auto j = nlohmann::json::parse(line);
+      if (j.value("step", std::int64_t(0)) > steps_done) continue;
+      keep.push_back(line);
+      if (j.contains("step_time_s")) spent.step_time_s += j["step_time_s"].get<double>();
+      if (j.contains("elapsed_s")) spent.elapsed_s = j["elapsed_s"].get<double>();
     } catch (const std::exception&) {
       break;  // a line cut by a kill: drop it and everything after
     }
@@ -146,6 +159,7 @@ inline void truncate_metrics(const std::filesystem::path& file, std::int64_t ste
   in.close();
   std::ofstream out(file, std::ios::trunc);
   for (const auto& l : keep) out << l << '\n';
+  return spent;
 }
 
 // Bytes the kernel would still give this process (MemAvailable), 0 if unknown.
@@ -164,26 +178,6 @@ inline std::string gib(double bytes) {
   if (bytes >= 1024.0 * 1024 * 1024) std::snprintf(b, sizeof b, "%.2f GiB", bytes / (1024.0 * 1024 * 1024));
   else std::snprintf(b, sizeof b, "%.1f MiB", bytes / (1024.0 * 1024));
   return b;
-}
-
-// (elapsed_s at step `steps_done`, Σ step_time_s up to it) from a run's metrics:
-// the time earlier sessions of a resumed run spent training.
-inline std::pair<double, double> time_spent(const std::filesystem::path& file, std::int64_t steps_done) {
-  std::ifstream in(file);
-  double elapsed = 0, steps = 0;
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    try {
-      const auto j = nlohmann::json::parse(line);
-      if (j.value("step", std::int64_t(0)) > steps_done) break;
-      if (j.contains("step_time_s")) steps += j["step_time_s"].get<double>();
-      if (j.contains("elapsed_s")) elapsed = j["elapsed_s"].get<double>();
-    } catch (const std::exception&) {
-      break;
-    }
-  }
-  return {elapsed, steps};
 }
 
 }  // namespace detail
@@ -247,9 +241,15 @@ int run_training(TrainOptions o) {
   // Defaults the user did not set come from the checkpoint on resume: the warmup
   // (GPT's is steps/10, so a resume may grow --steps without changing it) and the
   // learning rates (whose defaults may have changed since the run started).
+  // The checkpoint is read once, here, and used again below to load the model.
+  std::optional<io::SafetensorsFile> resumed;
+  if (o.resume) {
+    if (!fs::exists(ckpt)) throw Error("--resume: no checkpoint at " + ckpt.string());
+    resumed = io::SafetensorsFile::open(ckpt);
+  }
   std::string lr_source = "--lr";
-  if (o.resume && fs::exists(ckpt)) {
-    const auto f = io::SafetensorsFile::open(ckpt);
+  if (resumed) {
+    const io::SafetensorsFile& f = *resumed;
     if (o.warmup < 0 && f.metadata().count("run.warmup")) o.warmup = checkpoint_int(f, "run.warmup");
     if (o.lr == 0 && f.metadata().count("run.lr")) {
       o.lr = checkpoint_double(f, "run.lr");
@@ -302,12 +302,9 @@ int run_training(TrainOptions o) {
 
   fs::create_directories(o.out);
   std::int64_t start = 0;
-  // Time already spent in earlier sessions of this run (from metrics.jsonl), so
-  // elapsed_s and the summary's totals survive an interruption.
-  double elapsed_before = 0, step_time_before = 0;
-  if (o.resume) {
-    if (!fs::exists(ckpt)) throw Error("--resume: no checkpoint at " + ckpt.string());
-    const auto f = io::SafetensorsFile::open(ckpt);
+  detail::TimeSpent before;  // earlier sessions of this run (resume)
+  if (resumed) {
+    const io::SafetensorsFile& f = *resumed;
     load_checkpoint(f, model, &opt);
     for (const auto& [k, v] : run_meta) {
       if (k == "run.steps") continue;  // a resume may extend the run
@@ -320,10 +317,7 @@ int run_training(TrainOptions o) {
     for (const auto& e : fs::directory_iterator(o.out))
       if (e.path().filename().string().rfind("ckpt.safetensors.tmp.", 0) == 0) fs::remove(e.path());
     sampler.restore({checkpoint_uint(f, "train.sampler_seed"), checkpoint_uint(f, "train.sampler_batches")});
-    detail::truncate_metrics(metrics_path, start);
-    const auto [el, st] = detail::time_spent(metrics_path, start);
-    elapsed_before = el;
-    step_time_before = st;
+    before = detail::truncate_metrics(metrics_path, start);
     if (!o.quiet) std::printf("resumed from %s at step %lld\n", ckpt.c_str(), static_cast<long long>(start));
   } else {
     model.init(o.seed);
@@ -399,7 +393,7 @@ int run_training(TrainOptions o) {
     model.apply_constraint();
     const double dt = std::chrono::duration<double>(clock::now() - ts).count();
     step_time_sum += dt;
-    const double elapsed = elapsed_before + std::chrono::duration<double>(clock::now() - t0).count();
+    const double elapsed = before.elapsed_s + std::chrono::duration<double>(clock::now() - t0).count();
     nlohmann::json line = {{"step", done},     {"tokens", done * tokens_per_step},
                            {"train_loss", loss}, {"lr", lr},
                            {"grad_norm", gnorm}, {"step_time_s", dt},
@@ -427,9 +421,9 @@ int run_training(TrainOptions o) {
       return 0;
     }
   }
-  const double total = elapsed_before + std::chrono::duration<double>(clock::now() - t0).count();
+  const double total = before.elapsed_s + std::chrono::duration<double>(clock::now() - t0).count();
   const std::int64_t ran = o.steps;  // every step of the run, this session's and earlier ones'
-  step_time_sum += step_time_before;
+  step_time_sum += before.step_time_s;
   nlohmann::json summary = {{"variant", std::string(Tag::name)},
                             {"seed", o.seed},
                             {"steps", o.steps},
@@ -579,14 +573,7 @@ inline std::optional<int> parse_train_command(int argc, const char* const* argv,
   app.add_option("--tokens", so.tokens, "tokens to generate")->capture_default_str()->check(positive_integer());
   app.add_option("--temperature", so.temperature, "0 = greedy")->capture_default_str()->check(real(0, false, 100));
   app.add_option("--top-k", so.top_k, "sample among the k most likely (0 = all)")->capture_default_str()->check(non_negative_integer());
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    app.exit(e);
-    return 2;
-  }
+  if (const auto rc = normlab::cli::parse(app, argc, argv)) return rc;
   if (!max_memory.empty()) parse_bytes(max_memory, o.max_memory);
   cmd.sampling = static_cast<bool>(*sample);
   if (cmd.sampling) so.seed = o.seed;
