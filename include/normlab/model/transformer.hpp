@@ -65,14 +65,10 @@ class Transformer {
   using scheme = Scheme;
   using residual = Residual;
 
+  // Counts every buffer first (the constructor memory_plan uses), then allocates.
   Transformer(ModelConfig cfg, std::int64_t max_batch, std::int64_t max_seq)
-      : cfg_(resolve(cfg)), maxB_(max_batch), maxT_(max_seq) {
-    cfg_.validate();
-    if (max_batch <= 0 || max_seq <= 0) throw Error("Transformer: max_batch and max_seq must be positive");
-    declare_params(true);
-    Arena<T> counting;
-    layout(counting);
-    arena_ = Arena<T>(counting.used());
+      : Transformer(PlanOnly{}, cfg, max_batch, max_seq, /*allocate_params=*/true) {
+    arena_ = Arena<T>(plan_.activations / sizeof(T));
     layout(arena_);
     // The model's own copy of the last batch's tokens: backward() must not read
     // the caller's arrays, which may have changed since forward().
@@ -375,13 +371,14 @@ class Transformer {
     return c;
   }
 
-  // A model that only counts (memory_plan): parameters declared, nothing allocated.
+  // Declares the parameters (allocated only with allocate_params) and counts the
+  // arena: all of memory_plan's model, and the first half of the real constructor.
   struct PlanOnly {};
-  Transformer(PlanOnly, ModelConfig cfg, std::int64_t max_batch, std::int64_t max_seq)
+  Transformer(PlanOnly, ModelConfig cfg, std::int64_t max_batch, std::int64_t max_seq, bool allocate_params = false)
       : cfg_(resolve(cfg)), maxB_(max_batch), maxT_(max_seq) {
     cfg_.validate();
     if (max_batch <= 0 || max_seq <= 0) throw Error("Transformer: max_batch and max_seq must be positive");
-    declare_params(false);
+    declare_params(allocate_params);
     Arena<T> counting;
     layout(counting);
     plan_.parameters = params_.size() * sizeof(T);
@@ -706,7 +703,7 @@ class Transformer {
   std::vector<std::int64_t> tokens_;        // (2, maxB·maxT): inputs | targets of the last forward
   const std::int64_t* idx_ = nullptr;       // into tokens_
   const std::int64_t* targets_ = nullptr;   // into tokens_, null after a forward without targets
-  MemoryPlan plan_;                         // filled by the counting constructor only
+  MemoryPlan plan_;                         // what the counting constructor counted
 };
 
 template <class T>
