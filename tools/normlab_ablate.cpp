@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -170,6 +171,27 @@ void discover(const fs::path& out, std::vector<std::string>& variants, std::vect
   seeds.assign(ss.begin(), ss.end());
 }
 
+// OUT/ablation.json, the record a study writes when it starts, if OUT has one.
+std::optional<nlohmann::json> read_study_record(const fs::path& out) {
+  const fs::path rec = out / "ablation.json";
+  if (!fs::exists(rec)) return std::nullopt;
+  try {
+    std::ifstream f(rec);
+    return nlohmann::json::parse(f);
+  } catch (const nlohmann::json::exception& e) {
+    throw normlab::Error(rec.string() + ": " + e.what());
+  }
+}
+// One field of that record; a missing or mistyped one is an error naming the file.
+template <class V>
+V record_field(const nlohmann::json& record, const fs::path& out, const char* key) {
+  try {
+    return record.at(key).get<V>();
+  } catch (const nlohmann::json::exception& e) {
+    throw normlab::Error((out / "ablation.json").string() + ": " + e.what());
+  }
+}
+
 struct Options {
   std::string variants_s, seeds_s, out, bin_dir;
   bool dry_run = false, report_only = false;
@@ -227,6 +249,9 @@ int run(int argc, char** argv) {
   if (!o.variants_s.empty()) variants = parse_variants(o.variants_s);
   if (!o.seeds_s.empty()) seeds = parse_seeds(o.seeds_s);
 
+  // Read once: what the study in OUT recorded when it started (absent for a new one).
+  const std::optional<nlohmann::json> record = read_study_record(out);
+
   ab::ReportInfo info;
   info.date = utc_now();
   info.command_line = command_line;
@@ -236,20 +261,12 @@ int run(int argc, char** argv) {
     if (o.dry_run) throw UsageError("--dry-run and --report-only do not go together");
     if (!o.pass.empty()) throw UsageError("--report-only runs no trainer, so it takes no flags after --");
     if (!fs::is_directory(out)) throw UsageError("--report-only: " + out.string() + " is not a directory");
-    const fs::path rec = out / "ablation.json";
-    if (fs::exists(rec)) {
-      nlohmann::json j;
-      try {
-        std::ifstream f(rec);
-        j = nlohmann::json::parse(f);
-        if (variants.empty()) variants = j.at("variants").get<std::vector<std::string>>();
-        if (seeds.empty()) seeds = j.at("seeds").get<std::vector<std::int64_t>>();
-        info.command_line = j.at("command_line").get<std::string>();
-        info.config = j.at("config").get<std::string>();
-        info.date = j.at("date").get<std::string>() + " (runs); report re-made " + utc_now();
-      } catch (const nlohmann::json::exception& e) {
-        throw normlab::Error(rec.string() + ": " + e.what());
-      }
+    if (record) {
+      if (variants.empty()) variants = record_field<std::vector<std::string>>(*record, out, "variants");
+      if (seeds.empty()) seeds = record_field<std::vector<std::int64_t>>(*record, out, "seeds");
+      info.command_line = record_field<std::string>(*record, out, "command_line");
+      info.config = record_field<std::string>(*record, out, "config");
+      info.date = record_field<std::string>(*record, out, "date") + " (runs); report re-made " + utc_now();
     } else {
       info.note = "OUT/ablation.json not found; variants and seeds were taken from the directories in OUT";
       info.command_line.clear();
@@ -308,14 +325,8 @@ int run(int argc, char** argv) {
     const std::size_t total = variants.size() * seeds.size();
     // A study is resumable: a rerun skips finished runs and resumes interrupted
     // ones, so it must be the same study (same trainer flags).
-    if (fs::exists(out / "ablation.json")) {
-      std::vector<std::string> before;
-      try {
-        std::ifstream f(out / "ablation.json");
-        before = nlohmann::json::parse(f).at("pass_through").get<std::vector<std::string>>();
-      } catch (const nlohmann::json::exception& e) {
-        throw normlab::Error((out / "ablation.json").string() + ": " + e.what());
-      }
+    if (record) {
+      const auto before = record_field<std::vector<std::string>>(*record, out, "pass_through");
       if (before != o.pass)
         throw UsageError(out.string() + " holds a study run with other trainer flags (" + join_quoted(before) +
                          "; now " + join_quoted(o.pass) + "): its finished runs would be mixed with new ones. "
@@ -378,18 +389,11 @@ int run(int argc, char** argv) {
   info.seeds = seeds;
   const std::string md = ab::results_markdown(data, info);
   // The study's own report is results.md; a report on another set of variants
-  // (--report-only --variants ...) is named by its set and never replaces it.
+  // (--report-only --variants ...) is named by its set and never replaces it. (A
+  // run of the study has just recorded its own variants: its report is results.md.)
   std::string suffix;
-  if (fs::exists(out / "ablation.json")) {
-    try {
-      std::ifstream f(out / "ablation.json");
-      const auto recorded = nlohmann::json::parse(f).at("variants").get<std::vector<std::string>>();
-      if (recorded != variants)
-        for (const auto& v : variants) suffix += (suffix.empty() ? "-" : "+") + v;
-    } catch (const nlohmann::json::exception& e) {
-      throw normlab::Error((out / "ablation.json").string() + ": " + e.what());
-    }
-  }
+  if (o.report_only && record && record_field<std::vector<std::string>>(*record, out, "variants") != variants)
+    for (const auto& v : variants) suffix += (suffix.empty() ? "-" : "+") + v;
   const fs::path results = out / ("results" + suffix + ".md");
   write_file(results, md);
 
