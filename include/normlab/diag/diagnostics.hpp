@@ -550,10 +550,12 @@ inline Report diagnose_checkpoint(const std::filesystem::path& path, const Diagn
     mc.n_layer = detail::meta_int(f, "n_layer", 1, 4096);
     // Every real-valued config field the checkpoint records (load_checkpoint
     // refuses a model built with other values).
-    for (const auto& [key, field] : checkpoint_real_fields())
-      if (meta.count(key)) mc.*field = checkpoint_double(f, key);
-    if (meta.count("base_scale")) mc.base_scale = detail::meta_positive_double(f, "base_scale");
-    if (meta.count("rmsnorm_eps")) mc.rmsnorm_eps = detail::meta_positive_double(f, "rmsnorm_eps");
+    // base_scale and rmsnorm_eps must also be positive (they divide).
+    for (const auto& [key, field] : checkpoint_real_fields()) {
+      if (!meta.count(key)) continue;
+      const std::string_view k = key;
+      mc.*field = k == "base_scale" || k == "rmsnorm_eps" ? detail::meta_positive_double(f, key) : checkpoint_double(f, key);
+    }
     // The context the model was built for (anGPT's attention factor depends on it).
     const std::int64_t seq = meta.count("max_seq")   ? detail::meta_int(f, "max_seq", 1, 1 << 16)
                              : meta.count("run.seq") ? detail::meta_int(f, "run.seq", 1, 1 << 16)
