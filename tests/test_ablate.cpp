@@ -459,18 +459,27 @@ int run_ablate(const std::string& args, const fs::path& log, const std::string& 
   return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+// What every normlab-ablate test starts from: a scratch dir with bin/ for fake
+// trainers, out/ for the study, and the log of the last run.
+struct CliStudy {
+  TempDir tmp;
+  fs::path bin = tmp.path / "bin", out = tmp.path / "out", log = tmp.path / "log.txt";
+  explicit CliStudy(std::initializer_list<std::pair<const char*, double>> trainers) {
+    fs::create_directories(bin);
+    for (const auto& [variant, to] : trainers) fake_trainer(bin, variant, to);
+  }
+  // " --out 'OUT' --bin-dir 'BIN'"
+  std::string dirs() const { return " --out '" + out.string() + "' --bin-dir '" + bin.string() + "'"; }
+};
+
 }  // namespace
 
 TEST_CASE("ablate: normlab-ablate runs fake trainers and writes results.md", "[ablate][cli]") {
-  TempDir tmp;
-  const fs::path bin = tmp.path / "bin", out = tmp.path / "out", log = tmp.path / "log.txt";
-  fs::create_directories(bin);
-  fake_trainer(bin, "gpt", 2.0);
-  fake_trainer(bin, "ngpt", 0.0);
+  CliStudy st({{"gpt", 2.0}, {"ngpt", 0.0}});
+  const fs::path &bin = st.bin, &out = st.out, &log = st.log;
 
-  const int rc = run_ablate("--variants gpt,ngpt --seeds 1,2 --out '" + out.string() + "' --bin-dir '" +
-                                bin.string() + "' -- --steps 100 --data 'two words' --lr=0.01",
-                            log);
+  const int rc =
+      run_ablate("--variants gpt,ngpt --seeds 1,2" + st.dirs() + " -- --steps 100 --data 'two words' --lr=0.01", log);
   const std::string text = slurp(log);
   INFO(text);
   REQUIRE(rc == 0);
@@ -513,14 +522,9 @@ TEST_CASE("ablate: normlab-ablate runs fake trainers and writes results.md", "[a
 }
 
 TEST_CASE("ablate: normlab-ablate exits 2 naming a missing trainer before running anything", "[ablate][cli]") {
-  TempDir tmp;
-  const fs::path bin = tmp.path / "bin", out = tmp.path / "out", log = tmp.path / "log.txt";
-  fs::create_directories(bin);
-  fake_trainer(bin, "gpt", 2.0);
-  fake_trainer(bin, "ngpt", 0.0);
-  const int rc = run_ablate("--variants gpt,ngpt,angpt --seeds 1 --out '" + out.string() + "' --bin-dir '" +
-                                bin.string() + "' -- --steps 10",
-                            log);
+  CliStudy st({{"gpt", 2.0}, {"ngpt", 0.0}});
+  const fs::path &out = st.out, &log = st.log;
+  const int rc = run_ablate("--variants gpt,ngpt,angpt --seeds 1" + st.dirs() + " -- --steps 10", log);
   const std::string text = slurp(log);
   INFO(text);
   CHECK(rc == 2);
@@ -529,14 +533,10 @@ TEST_CASE("ablate: normlab-ablate exits 2 naming a missing trainer before runnin
 }
 
 TEST_CASE("ablate: normlab-ablate stops when a trainer fails, naming it and its exit code", "[ablate][cli]") {
-  TempDir tmp;
-  const fs::path bin = tmp.path / "bin", out = tmp.path / "out", log = tmp.path / "log.txt";
-  fs::create_directories(bin);
-  fake_trainer(bin, "gpt", 2.0);
+  CliStudy st({{"gpt", 2.0}});
+  const fs::path &bin = st.bin, &out = st.out, &log = st.log;
   fake_trainer(bin, "ngpt", 0.0, 3);
-  const int rc = run_ablate("--variants ngpt,gpt --seeds 1,2 --out '" + out.string() + "' --bin-dir '" +
-                                bin.string() + "'",
-                            log);
+  const int rc = run_ablate("--variants ngpt,gpt --seeds 1,2" + st.dirs(), log);
   const std::string text = slurp(log);
   INFO(text);
   CHECK(rc == 1);
@@ -545,20 +545,14 @@ TEST_CASE("ablate: normlab-ablate stops when a trainer fails, naming it and its 
   CHECK_FALSE(fs::exists(out / "results.md"));
 
   // Flags normlab-ablate sets itself are refused as pass-through.
-  CHECK(run_ablate("--variants gpt --seeds 1 --out '" + out.string() + "' --bin-dir '" + bin.string() +
-                       "' -- --seed 5",
-                   log) == 2);
+  CHECK(run_ablate("--variants gpt --seeds 1" + st.dirs() + " -- --seed 5", log) == 2);
   CHECK(slurp(log).find("--seeds") != std::string::npos);
 }
 
 TEST_CASE("ablate: a rerun resumes the study: finished runs skipped, interrupted ones resumed", "[ablate][cli]") {
-  TempDir tmp;
-  const fs::path bin = tmp.path / "bin", out = tmp.path / "out", log = tmp.path / "log.txt";
-  fs::create_directories(bin);
-  fake_trainer(bin, "gpt", 2.0);
-  fake_trainer(bin, "ngpt", 0.0);
-  const std::string args = "--variants gpt,ngpt --seeds 1,2 --out '" + out.string() + "' --bin-dir '" + bin.string() +
-                           "' -- --steps 100";
+  CliStudy st({{"gpt", 2.0}, {"ngpt", 0.0}});
+  const fs::path &out = st.out, &log = st.log;
+  const std::string args = "--variants gpt,ngpt --seeds 1,2" + st.dirs() + " -- --steps 100";
   REQUIRE(run_ablate(args, log) == 0);
   // ngpt seed 2 "interrupted": a checkpoint, no summary.
   fs::remove(out / "ngpt" / "seed2" / "summary.json");
@@ -572,20 +566,14 @@ TEST_CASE("ablate: a rerun resumes the study: finished runs skipped, interrupted
   CHECK(text.find("run 4/4 (resuming)") != std::string::npos);
   CHECK(slurp(out / "ngpt" / "seed2" / "args.txt").find("--resume\n") != std::string::npos);
   // Other trainer flags into the same study are refused (they would mix).
-  CHECK(run_ablate("--variants gpt,ngpt --seeds 1,2 --out '" + out.string() + "' --bin-dir '" + bin.string() +
-                       "' -- --steps 200",
-                   log) == 2);
+  CHECK(run_ablate("--variants gpt,ngpt --seeds 1,2" + st.dirs() + " -- --steps 200", log) == 2);
   CHECK(slurp(log).find("holds a study run with other trainer flags") != std::string::npos);
 }
 
 TEST_CASE("ablate: a report on another variant set is named by it and never replaces results.md", "[ablate][cli]") {
-  TempDir tmp;
-  const fs::path bin = tmp.path / "bin", out = tmp.path / "out", log = tmp.path / "log.txt";
-  fs::create_directories(bin);
-  fake_trainer(bin, "gpt", 2.0);
-  fake_trainer(bin, "ngpt", 0.0);
-  REQUIRE(run_ablate("--variants gpt,ngpt --seeds 1 --out '" + out.string() + "' --bin-dir '" + bin.string() + "'",
-                     log) == 0);
+  CliStudy st({{"gpt", 2.0}, {"ngpt", 0.0}});
+  const fs::path &out = st.out, &log = st.log;
+  REQUIRE(run_ablate("--variants gpt,ngpt --seeds 1" + st.dirs(), log) == 0);
   const std::string before = slurp(out / "results.md");
   REQUIRE(run_ablate("--report-only --variants ngpt --out '" + out.string() + "'", log, "PATH=/nonexistent") == 0);
   CHECK(slurp(out / "results.md") == before);
@@ -595,19 +583,16 @@ TEST_CASE("ablate: a report on another variant set is named by it and never repl
 }
 
 TEST_CASE("ablate: usage mistakes get a sentence that says what to do", "[ablate][cli]") {
-  TempDir tmp;
-  const fs::path bin = tmp.path / "bin", out = tmp.path / "out", log = tmp.path / "log.txt";
-  fs::create_directories(bin);
-  fake_trainer(bin, "gpt", 2.0);
+  CliStudy st({{"gpt", 2.0}});
+  const fs::path &out = st.out, &log = st.log;
   // An unknown variant lists the known ones.
-  CHECK(run_ablate("--variants gpt,nGPT --seeds 1 --out '" + out.string() + "' --bin-dir '" + bin.string() + "'",
-                   log) == 2);
+  CHECK(run_ablate("--variants gpt,nGPT --seeds 1" + st.dirs(), log) == 2);
   CHECK(slurp(log).find("unknown variant 'nGPT' (known: gpt, ") != std::string::npos);
   // Trainer flags without the lone "--".
   CHECK(run_ablate("--variants gpt --seeds 1 --out '" + out.string() + "' --steps 10", log) == 2);
   CHECK(slurp(log).find("hint: flags for the trainers go after a lone --") != std::string::npos);
   // --seeds forgotten.
-  CHECK(run_ablate("--variants gpt --out '" + out.string() + "' --bin-dir '" + bin.string() + "'", log) == 2);
+  CHECK(run_ablate("--variants gpt" + st.dirs(), log) == 2);
   CHECK(slurp(log).find("--seeds is required") != std::string::npos);
 }
 

@@ -5,13 +5,7 @@
 # RoPE extended, and yields a finite loss for every position bucket.
 #   cmake -DBIN=<build dir> -DVARIANTS=gpt;ngpt;... -DWORK=<dir> -P eval_lengths.cmake
 file(REMOVE_RECURSE ${WORK})
-function(run)
-  execute_process(COMMAND ${ARGV} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-  if(NOT rc EQUAL 0)
-    message(FATAL_ERROR "failed (${rc}): ${ARGV}\n${out}${err}")
-  endif()
-  set(last_out "${out}" PARENT_SCOPE)
-endfunction()
+include(${CMAKE_CURRENT_LIST_DIR}/../run_checked.cmake)
 foreach(v ${VARIANTS})
   set(dir ${WORK}/${v})
   run(${BIN}/train-${v} --data synthetic --steps 3 --d 32 --layers 2 --heads 2 --seq 32 --batch 2

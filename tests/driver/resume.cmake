@@ -3,12 +3,7 @@
 set(common --data synthetic --steps 12 --d 32 --layers 2 --heads 2 --seq 32 --batch 4
            --eval-every 4 --eval-batches 2 --ckpt-every 5 --threads 2 --quiet)
 file(REMOVE_RECURSE ${WORK})
-function(run)
-  execute_process(COMMAND ${ARGV} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-  if(NOT rc EQUAL 0)
-    message(FATAL_ERROR "failed (${rc}): ${ARGV}\n${out}${err}")
-  endif()
-endfunction()
+include(${CMAKE_CURRENT_LIST_DIR}/../run_checked.cmake)
 run(${EXE} ${common} --out ${WORK}/straight)
 run(${EXE} ${common} --out ${WORK}/resumed --stop-at 6)
 run(${EXE} ${common} --out ${WORK}/resumed --resume)
