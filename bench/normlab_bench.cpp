@@ -68,7 +68,7 @@ void BM_TrainStep(benchmark::State& state, StepConfig c) {
   Model model(mc, c.B, c.T);
   model.init(1);
   AdamWConfig oc;
-  oc.weight_decay = Model::scheme::rmsnorm_inputs ? 0.1 : 0.0;
+  oc.weight_decay = keeps_unit_hidden<typename Model::scheme> ? 0.0 : 0.1;
   AdamW<float> opt(model.params(), oc);
   std::vector<std::int64_t> idx(c.B * c.T), tgt(idx.size());
   std::mt19937_64 rng(2);

@@ -100,7 +100,7 @@ int main(int argc, char** argv) {
       plan.layers = mc.n_layer;
       plan_run_memory<Model>(mc, plan);  // refuses a size beyond the machine, with the figures
       Model model(mc, batch, maxT);
-      if constexpr (Model::scheme::approx_factors) {
+      if constexpr (Model::scheme::output_factors::approximate) {
         // The factors the model was trained with, not the ones derived for maxT.
         const double a = checkpoint_double(f, "attn_output_factor"), m = checkpoint_double(f, "mlp_output_factor");
         if (a != model.attn_output_factor())

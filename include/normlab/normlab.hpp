@@ -11,7 +11,7 @@
 #include "normlab/nn/policies.hpp"
 #include "normlab/nn/residual.hpp"
 #include "normlab/nn/constraint.hpp"
-#include "normlab/model/params.hpp"
+#include "normlab/nn/params.hpp"
 #include "normlab/model/transformer.hpp"
 #include "normlab/optim/adamw.hpp"
 #include "normlab/optim/schedule.hpp"

@@ -21,7 +21,7 @@
 
 #include "harness.hpp"
 #include "normlab/backend/cpu/ops.hpp"
-#include "normlab/model/params.hpp"
+#include "normlab/nn/params.hpp"
 #include "normlab/nn/constraint.hpp"
 #include "normlab/nn/residual.hpp"
 #include "normlab/optim/adamw.hpp"

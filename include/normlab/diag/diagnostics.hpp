@@ -39,7 +39,7 @@
 
 #include "normlab/core/error.hpp"
 #include "normlab/io/safetensors.hpp"
-#include "normlab/model/params.hpp"
+#include "normlab/nn/params.hpp"
 #include "normlab/train/checkpoint.hpp"
 #include "normlab/train/data.hpp"
 #include "normlab/train/variants.hpp"
@@ -415,7 +415,7 @@ Report diagnose(Model& model, const DiagnoseOptions& opt = {}, const data::Token
   Report r;
   r.variant = variant_name_of<Model>();
   r.signature = Model::variant_signature();
-  r.constrained = Model::scheme::weights != WeightConstraint::none;
+  r.constrained = Model::scheme::constraint::mode != WeightConstraint::none;
   r.vocab_size = c.vocab_size;
   r.n_embd = c.n_embd;
   r.n_head = c.n_head;

@@ -9,7 +9,10 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <string_view>
 #include <vector>
+
+#include "normlab/nn/config.hpp"
 
 namespace normlab {
 
@@ -94,5 +97,32 @@ inline double angpt_attention_factor(std::int64_t dk, std::int64_t T, double sqk
   }
   return 1.0 / std::sqrt(total / double(reps * T));
 }
+
+// ------------------------------------------------------------------ output-factor policies
+// The constants that multiply each sub-layer's output (the GEMM's alpha):
+// attn(cfg, max_seq) for the attention output, mlp(cfg) for the MLP's.
+// `approximate` says the scheme keeps hidden norms near 1 through them (anGPT),
+// which the block's policy check pairs with an interpolating residual.
+struct unit_output_factors {
+  static constexpr std::string_view name = "none";
+  static constexpr bool approximate = false;
+  static double attn(const ModelConfig&, std::int64_t /*max_seq*/) { return 1.0; }
+  static double mlp(const ModelConfig&) { return 1.0; }
+};
+
+// anGPT: c_mlp from norm concentration; c_att only with WithAttentionFactor
+// (normlab's angpt_attnfactor; the paper leaves attention mixing unscaled).
+template <bool WithAttentionFactor>
+struct angpt_output_factors {
+  static constexpr std::string_view name = WithAttentionFactor ? "angpt_attnfactor" : "angpt";
+  static constexpr bool approximate = true;
+  static double attn(const ModelConfig& cfg, std::int64_t max_seq) {
+    if constexpr (WithAttentionFactor)
+      return cfg.angpt_attn_factor_mult * angpt_attention_factor(cfg.head_dim(), max_seq, cfg.sqk_init);
+    else
+      return 1.0;
+  }
+  static double mlp(const ModelConfig& cfg) { return cfg.angpt_mlp_factor_mult * angpt_mlp_factor(cfg.n_embd); }
+};
 
 }  // namespace normlab

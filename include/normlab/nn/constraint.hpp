@@ -7,10 +7,16 @@
 #include <vector>
 
 #include "normlab/backend/cpu/ops.hpp"
-#include "normlab/model/params.hpp"
-#include "normlab/nn/policies.hpp"
+#include "normlab/nn/params.hpp"
 
 namespace normlab {
+
+// What happens to weight matrices after every optimizer step (on the master copy).
+enum class WeightConstraint {
+  none,       // plain GPT
+  unit_norm,  // nGPT: every row/column along the embedding dimension set to norm 1
+  bounded,    // anGPT: rows/columns with norm > 1 scaled back to 1 (initialised at 1)
+};
 
 namespace detail {
 template <class T>
@@ -47,6 +53,27 @@ void apply_weight_constraint(ParamStore<T>& store, WeightConstraint mode) {
     }
   }
 }
+
+// ------------------------------------------------------------------ constraint policies
+// A scheme's `constraint`: at_init(store) after the initial draw, after_step(store)
+// after every optimizer step, both on the master copy; `mode` names it.
+template <WeightConstraint AtInit, WeightConstraint AfterStep>
+struct weight_constraint {
+  static constexpr WeightConstraint mode = AfterStep;
+  template <class T>
+  static void at_init(ParamStore<T>& store) {
+    apply_weight_constraint(store, AtInit);
+  }
+  template <class T>
+  static void after_step(ParamStore<T>& store) {
+    apply_weight_constraint(store, AfterStep);
+  }
+};
+using no_constraint = weight_constraint<WeightConstraint::none, WeightConstraint::none>;
+// nGPT: every matrix's rows (or columns) along d on the unit sphere.
+using unit_norm_constraint = weight_constraint<WeightConstraint::unit_norm, WeightConstraint::unit_norm>;
+// anGPT: start on the sphere, then only shrink rows/columns whose norm exceeds 1.
+using bounded_constraint = weight_constraint<WeightConstraint::unit_norm, WeightConstraint::bounded>;
 
 // Largest |‖row or column‖ − 1| over every constrained tensor: the invariant
 // the tests check after each step.

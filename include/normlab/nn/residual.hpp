@@ -9,19 +9,146 @@
 // backward(dh, df, dα, dout, …): dh may alias dout (the residual-stream
 // gradient is updated in place); dα accumulates.
 // α here is the *effective* per-dimension step (already |stored × constant|);
-// the model maps dα back to the stored parameter.
+// the rule's site owns the stored parameter and maps dα back to it.
+//
+// A residual rule is a type with a name, three facts the block's policy check
+// reads (learned_alpha, retracts: its output lies on the unit sphere,
+// nu_scaled), and `site<T, Backend, AlphaKind>`:
+//   declare(params, prefix, where, cfg)   where = "attn" | "mlp"
+//   bind(arena, N, C)                    what backward needs
+//   forward(ctx, out, h, f, N, C)
+//   backward(ctx, dh, df, dout, out, h, f, N, C)   dh may alias dout
+// The built-in rules share residual_site below; a user's rule writes its own.
 #include <algorithm>
 #include <cmath>
+#include <concepts>
 #include <cstdint>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "normlab/backend/cpu/ops.hpp"
-#include "normlab/nn/policies.hpp"
+#include "normlab/nn/context.hpp"
+#include "normlab/nn/params.hpp"
+#include "normlab/nn/scale.hpp"
 #include "normlab/tensor/tensor.hpp"
 
 namespace normlab {
 
-template <ResidualRule R, class T>
+template <class>
+inline constexpr bool dependent_false = false;
+
+template <class Rule, class T, class Backend, ScaleKind AlphaKind>
+struct residual_site;
+
+// ------------------------------------------------------------------ the rules
+struct residual_add {  // h ← h + f
+  static constexpr std::string_view name = "add";
+  static constexpr bool learned_alpha = false;
+  static constexpr bool retracts = false;  // output lies on the unit sphere
+  static constexpr bool nu_scaled = false;
+  template <class T, class Backend, ScaleKind AlphaKind = ScaleKind::vector>
+  using site = residual_site<residual_add, T, Backend, AlphaKind>;
+};
+struct lerp {  // h ← h + |α| ⊙ (f − h)
+  static constexpr std::string_view name = "lerp";
+  static constexpr bool learned_alpha = true;
+  static constexpr bool retracts = false;
+  static constexpr bool nu_scaled = false;
+  template <class T, class Backend, ScaleKind AlphaKind = ScaleKind::vector>
+  using site = residual_site<lerp, T, Backend, AlphaKind>;
+};
+struct lerp_nu {  // h ← ν(α) ⊙ (h + |α| ⊙ (f − h)), ν(α) = 1/√((1−α)² + α²)
+  static constexpr std::string_view name = "lerp_nu";
+  static constexpr bool learned_alpha = true;
+  static constexpr bool retracts = false;
+  static constexpr bool nu_scaled = true;
+  template <class T, class Backend, ScaleKind AlphaKind = ScaleKind::vector>
+  using site = residual_site<lerp_nu, T, Backend, AlphaKind>;
+};
+struct lerp_retract {  // h ← N(N(h) + |α| ⊙ (N(f) − N(h)))
+  static constexpr std::string_view name = "lerp_retract";
+  static constexpr bool learned_alpha = true;
+  static constexpr bool retracts = true;
+  static constexpr bool nu_scaled = false;
+  template <class T, class Backend, ScaleKind AlphaKind = ScaleKind::vector>
+  using site = residual_site<lerp_retract, T, Backend, AlphaKind>;
+};
+struct slerp {  // h ← N(sin((1−α)θ)/sin θ ⊙ N(h) + sin(αθ)/sin θ ⊙ N(f)), θ = ∠(h, f)
+  static constexpr std::string_view name = "slerp";
+  static constexpr bool learned_alpha = true;
+  static constexpr bool retracts = true;
+  static constexpr bool nu_scaled = false;
+  template <class T, class Backend, ScaleKind AlphaKind = ScaleKind::vector>
+  using site = residual_site<slerp, T, Backend, AlphaKind>;
+};
+
+// The facts are optional in a user's rule (absent = false).
+template <class R>
+consteval bool rule_learns_alpha() {
+  if constexpr (requires { R::learned_alpha; }) return R::learned_alpha;
+  else return false;
+}
+template <class R>
+consteval bool rule_retracts() {
+  if constexpr (requires { R::retracts; }) return R::retracts;
+  else return false;
+}
+template <class R>
+consteval bool rule_nu_scaled() {
+  if constexpr (requires { R::nu_scaled; }) return R::nu_scaled;
+  else return false;
+}
+
+// Stands in for a backend when a concept only names a site type.
+struct concept_probe_backend {};
+
+template <class R>
+concept ResidualRule = requires {
+  { R::name } -> std::convertible_to<std::string_view>;
+  typename R::template site<float, concept_probe_backend, ScaleKind::vector>;
+};
+
+// A learned residual step α: stored × alpha_init/base_scale, used as |·|
+// (initialised to base_scale, so effective α starts at alpha_init), one value
+// per dimension or one learned scalar.
+template <class T, ScaleKind K>
+struct ResidualStep {
+  static_assert(K != ScaleKind::fixed, "normlab: a residual step α is learned (vector or scalar), not fixed");
+  std::size_t offset = 0;
+  void declare(ParamStore<T>& p, std::string name, const ModelConfig& cfg) {
+    offset = p.add(std::move(name), {K == ScaleKind::scalar ? 1 : cfg.n_embd}, ParamRole::alpha, NormAxis::none,
+                   ParamInit::constant(cfg.base_scale));
+  }
+  static double k_const(const StepContext<T>& c) { return c.cfg->alpha_init / c.cfg->base_scale; }
+  void effective(const StepContext<T>& c, T* out) const {
+    const double k = k_const(c);
+    const T* p = c.P(offset);
+    for (std::int64_t j = 0; j < c.C(); ++j) out[j] = T(std::abs(double(p[K == ScaleKind::scalar ? 0 : j]) * k));
+  }
+  // dα (effective, per dimension) → the stored parameter: d|p k|/dp = sign(p k)·k
+  // (0 at 0, as torch.abs); d_scale is scratch of length C.
+  void grad_to_stored(const StepContext<T>& c, const T* dalpha, T* d_scale) const {
+    const double k = k_const(c);
+    const T* p = c.P(offset);
+    const std::int64_t C = c.C();
+    for (std::int64_t j = 0; j < C; ++j) {
+      const double x = double(p[K == ScaleKind::scalar ? 0 : j]) * k;
+      const double sgn = x > 0 ? 1.0 : (x < 0 ? -1.0 : 0.0);
+      d_scale[j] = T(double(dalpha[j]) * sgn * k);
+    }
+    T* g = c.G(offset);
+    if constexpr (K == ScaleKind::scalar) {
+      T acc = 0;
+      for (std::int64_t j = 0; j < C; ++j) acc += d_scale[j];
+      g[0] += acc;
+    } else {
+      for (std::int64_t j = 0; j < C; ++j) g[j] += d_scale[j];
+    }
+  }
+};
+
+template <class R, class T>
 struct ResidualOps {
   static_assert(dependent_false<R>, "normlab: no ResidualOps specialization for this residual rule");
 };
@@ -358,6 +485,34 @@ struct ResidualOps<slerp, T> {
         dhi[j] = (dA - A[j] * tsA) * inh;  // last: dhi may alias g
       }
     });
+  }
+};
+
+// ------------------------------------------------------------------ the built-in rules' site
+// α (if the rule learns one, named "<prefix><where>_alpha") and the rule's cache;
+// the math is ResidualOps<Rule, T> (host arrays: the CPU backend's).
+template <class Rule, class T, class Backend, ScaleKind AlphaKind>
+struct residual_site {
+  using Ops = ResidualOps<Rule, T>;
+  typename Ops::Cache cache;
+  ResidualStep<T, AlphaKind> alpha;
+
+  void declare(ParamStore<T>& p, const std::string& prefix, std::string_view where, const ModelConfig& cfg) {
+    if constexpr (Rule::learned_alpha) alpha.declare(p, prefix + std::string(where) + "_alpha", cfg);
+  }
+  void bind(Arena<T>& ar, std::int64_t N, std::int64_t C) { cache.bind(ar, N, C); }
+  void forward(StepContext<T>& c, T* out, const T* h, const T* f, std::int64_t N, std::int64_t C) {
+    if constexpr (Rule::learned_alpha) alpha.effective(c, c.alpha_tmp);
+    Ops::forward(cache, out, h, f, c.alpha_tmp, N, C);
+  }
+  void backward(StepContext<T>& c, T* dh, T* df, const T* dout, const T* out, const T* h, const T* f,
+                std::int64_t N, std::int64_t C) {
+    if constexpr (Rule::learned_alpha) {
+      alpha.effective(c, c.alpha_tmp);
+      Backend::fill(c.d_alpha, C, T(0));
+    }
+    Ops::backward(dh, df, c.d_alpha, dout, cache, out, h, f, c.alpha_tmp, N, C);
+    if constexpr (Rule::learned_alpha) alpha.grad_to_stored(c, c.d_alpha, c.d_scale);
   }
 };
 

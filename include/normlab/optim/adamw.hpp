@@ -15,7 +15,7 @@
 
 #include "normlab/backend/cpu/ops.hpp"
 #include "normlab/core/error.hpp"
-#include "normlab/model/params.hpp"
+#include "normlab/nn/params.hpp"
 
 namespace normlab {
 

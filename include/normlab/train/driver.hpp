@@ -71,7 +71,7 @@ struct TrainOptions {
 // use neither warmup nor weight decay.
 template <class Model>
 void apply_variant_defaults(TrainOptions& o) {
-  constexpr bool normalized = Model::scheme::hidden_on_sphere || Model::scheme::approx_factors;
+  constexpr bool normalized = keeps_unit_hidden<typename Model::scheme>;
   if (o.warmup < 0) o.warmup = normalized ? 0 : o.steps / 10;
   if (o.weight_decay < 0) o.weight_decay = normalized ? 0.0 : 0.1;
 }

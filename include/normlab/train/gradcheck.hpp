@@ -53,10 +53,10 @@ std::vector<TensorGradError> check_model_gradients(std::uint64_t seed, std::size
   // GPT's reference init (std 0.02) makes the q/k gradients ~1e-5 of the loss,
   // where the finite difference's rounding alone (≈1e-10 absolute) is 1e-5
   // relative; a larger init exercises the same code with well-scaled gradients.
-  if constexpr (Model::scheme::rmsnorm_inputs) mc.base_scale = 0.3;
+  if constexpr (!keeps_unit_hidden<typename Model::scheme>) mc.base_scale = 0.3;
   // Likewise α = 0.05 scales every gradient inside the sub-layers by ~1/20,
   // down to that rounding floor (measured: 4e-7 on W_proj); 0.3 lifts them.
-  if constexpr (Model::residual::learned_alpha) mc.alpha_init = 0.3;
+  if constexpr (rule_learns_alpha<typename Model::residual>()) mc.alpha_init = 0.3;
   const std::int64_t B = 2, T = 5;
   Model model(mc, B, T);
   model.init(seed);

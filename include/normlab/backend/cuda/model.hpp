@@ -24,9 +24,10 @@
 #include "normlab/backend/cpu/ops.hpp"
 #include "normlab/backend/cuda/backend.hpp"
 #include "normlab/backend/cuda/kernels.hpp"
-#include "normlab/model/params.hpp"
+#include "normlab/nn/params.hpp"
 #include "normlab/model/transformer.hpp"
 #include "normlab/nn/angpt_factors.hpp"
+#include "normlab/nn/constraint.hpp"
 #include "normlab/nn/policies.hpp"
 #include "normlab/optim/adamw.hpp"
 
@@ -62,22 +63,94 @@ constexpr ResidualKind residual_kind() {
   }
 }
 
+// What this model reads of a scheme. The CUDA model still mirrors the CPU one
+// (it is not yet the one model over a CUDA backend, issue 17): it recognises
+// normlab's built-in policy types and refuses any other at compile time.
+enum class QkMode { none, rms_gain, unit_scaled, scaled_only, other };
+namespace detail {
+template <class Q>
+struct qk_facts {
+  static constexpr QkMode mode = QkMode::other;
+  static constexpr ScaleKind kind = ScaleKind::vector;
+};
+template <>
+struct qk_facts<qk_rope> {
+  static constexpr QkMode mode = QkMode::none;
+  static constexpr ScaleKind kind = ScaleKind::vector;
+};
+template <>
+struct qk_facts<qk_rms_gain> {
+  static constexpr QkMode mode = QkMode::rms_gain;
+  static constexpr ScaleKind kind = ScaleKind::vector;
+};
+template <ScaleKind K>
+struct qk_facts<qk_unit_scaled<K>> {
+  static constexpr QkMode mode = QkMode::unit_scaled;
+  static constexpr ScaleKind kind = K;
+};
+template <ScaleKind K>
+struct qk_facts<qk_scaled_only<K>> {
+  static constexpr QkMode mode = QkMode::scaled_only;
+  static constexpr ScaleKind kind = K;
+};
+template <class A>
+struct scaled_facts {  // swiglu / no_logit_scale: unscaled; anything else unknown
+  static constexpr bool known = std::is_same_v<A, swiglu> || std::is_same_v<A, no_logit_scale>;
+  static constexpr bool scaled = false;
+  static constexpr ScaleKind kind = ScaleKind::vector;
+};
+template <ScaleKind K>
+struct scaled_facts<scaled_swiglu<K>> {
+  static constexpr bool known = true, scaled = true;
+  static constexpr ScaleKind kind = K;
+};
+template <ScaleKind K>
+struct scaled_facts<scaled_logits<K>> {
+  static constexpr bool known = true, scaled = true;
+  static constexpr ScaleKind kind = K;
+};
+}  // namespace detail
+
+template <class S>
+struct SchemeFacts {
+  static constexpr bool rmsnorm_inputs = std::is_same_v<typename S::input_norm, rms_norm>;
+  static constexpr bool norms_known =
+      std::is_same_v<typename S::output_norm, no_norm> &&
+      ((rmsnorm_inputs && std::is_same_v<typename S::final_norm, rms_norm>) ||
+       (std::is_same_v<typename S::input_norm, no_norm> && std::is_same_v<typename S::final_norm, no_norm>));
+  static constexpr QkMode qk = detail::qk_facts<typename S::qk>::mode;
+  static constexpr bool scaled_uv = detail::scaled_facts<typename S::mlp_activation>::scaled;
+  static constexpr bool scaled_logits = detail::scaled_facts<typename S::logit_scale>::scaled;
+  static constexpr bool all_vector_scales = S::alpha_kind == ScaleKind::vector &&
+                                            detail::qk_facts<typename S::qk>::kind == ScaleKind::vector &&
+                                            detail::scaled_facts<typename S::mlp_activation>::kind == ScaleKind::vector &&
+                                            detail::scaled_facts<typename S::logit_scale>::kind == ScaleKind::vector;
+  static constexpr bool activations_known = detail::scaled_facts<typename S::mlp_activation>::known &&
+                                            detail::scaled_facts<typename S::logit_scale>::known;
+  static constexpr bool approx_factors = S::output_factors::approximate;
+  static constexpr bool attention_mixing_factor = std::is_same_v<typename S::output_factors, angpt_output_factors<true>>;
+  static constexpr WeightConstraint weights = S::constraint::mode;
+  static constexpr bool sqrt_dk_softmax = S::softmax == SoftmaxScale::sqrt_dk;
+};
+
 template <NormScheme Scheme, ResidualRule Residual, class Storage>
 class Transformer {
+  using Facts = SchemeFacts<Scheme>;
   static_assert(check_block_policies<Scheme, Residual>());
-  static_assert(Scheme::qk == QkMode::none || Scheme::qk == QkMode::unit_scaled,
+  static_assert(Facts::norms_known && Facts::activations_known && Facts::qk != QkMode::other,
+                "normlab::cuda: this scheme uses a policy the CUDA model does not implement (it knows normlab's "
+                "built-in norms, q/k treatments, activations and logit scales); run it on the CPU backend");
+  static_assert(Facts::qk == QkMode::none || Facts::qk == QkMode::unit_scaled,
                 "normlab::cuda: QK modes rms_gain (gpt_qknorm) and scaled_only (ngpt_noqknorm) are not implemented "
                 "by the CUDA backend yet; use the CPU backend for those variants");
-  static_assert(!Scheme::scalar_scales && scale_kind_of<Scheme, ScaleSite::sqk>() == ScaleKind::vector &&
-                    scale_kind_of<Scheme, ScaleSite::suv>() == ScaleKind::vector &&
-                    scale_kind_of<Scheme, ScaleSite::sz>() == ScaleKind::vector,
+  static_assert(Facts::all_vector_scales,
                 "normlab::cuda: scalar or fixed learned scales (ngpt_scalar, ngpt_fixedscales) are not implemented by "
                 "the CUDA backend yet");
   static_assert(std::is_same_v<Storage, f32> || std::is_same_v<Storage, bf16>,
                 "normlab::cuda: Storage must be cuda::f32 or cuda::bf16");
   static constexpr Dtype dt = Storage::dtype;
   static constexpr ResidualKind kRes = residual_kind<Residual>();
-  static constexpr bool kUnitQk = Scheme::qk == QkMode::unit_scaled;
+  static constexpr bool kUnitQk = Facts::qk == QkMode::unit_scaled;
 
  public:
   using scheme = Scheme;
@@ -108,9 +181,9 @@ class Transformer {
     cpu::rope_table(cosv.data(), sinv.data(), maxT_, cfg_.head_dim(), cfg_.rope_base);
     upload(rope_cos_, cosv.data(), cosv.size() * 4);
     upload(rope_sin_, sinv.data(), sinv.size() * 4);
-    if constexpr (Scheme::approx_factors) {
+    if constexpr (Facts::approx_factors) {
       // c_att only for the scheme that asks for it (angpt_attnfactor); the paper's anGPT has none.
-      if constexpr (attention_mixing_factor_of<Scheme>())
+      if constexpr (Facts::attention_mixing_factor)
         attn_factor_ = cfg_.angpt_attn_factor_mult * angpt_attention_factor(cfg_.head_dim(), maxT_, cfg_.sqk_init);
       mlp_factor_ = cfg_.angpt_mlp_factor_mult * angpt_mlp_factor(cfg_.n_embd);
     }
@@ -159,7 +232,7 @@ class Transformer {
       }
     }
     be_.upload(params_.get(), host.data(), host.size() * 4);
-    sync_copy(Scheme::weights != WeightConstraint::none ? ConstraintKind::unit_norm : ConstraintKind::none);
+    sync_copy(Facts::weights != WeightConstraint::none ? ConstraintKind::unit_norm : ConstraintKind::none);
   }
 
   // ---- optimizer settings, as normlab::AdamW: ε per group, weight decay on matrices.
@@ -186,7 +259,7 @@ class Transformer {
     k::embedding_forward(dt, acts_[0].h_in, tok_idx_, Pc(wte_), N, C, s());
     for (std::int64_t l = 0; l < cfg_.n_layer; ++l) layer_forward(l);
     head_forward();
-    k::cross_entropy(dt, d_logits_, row_loss_, logits_raw_, Scheme::scaled_logits ? sz_tmp_ : nullptr, tok_tgt_, N,
+    k::cross_entropy(dt, d_logits_, row_loss_, logits_raw_, Facts::scaled_logits ? sz_tmp_ : nullptr, tok_tgt_, N,
                      cfg_.vocab_size, s());
     host_loss_.resize(static_cast<std::size_t>(N));
     NORMLAB_CUDA_CHECK(cudaMemcpyAsync(host_loss_.data(), row_loss_, N * 4, cudaMemcpyDeviceToHost, s()));
@@ -201,7 +274,7 @@ class Transformer {
   std::vector<float> logits() const {
     const std::int64_t N = B_ * T_, V = cfg_.vocab_size;
     std::vector<float> out = download_storage(logits_raw_, N * V);
-    if constexpr (Scheme::scaled_logits) {
+    if constexpr (Facts::scaled_logits) {
       const std::vector<float> sz = download_f32(sz_tmp_, V);
       for (std::int64_t i = 0; i < N; ++i)
         for (std::int64_t j = 0; j < V; ++j) out[i * V + j] = out[i * V + j] * sz[j];
@@ -218,10 +291,10 @@ class Transformer {
     has_forward_ = false;
     const std::int64_t N = B_ * T_, C = cfg_.n_embd, F = 4 * C, V = cfg_.vocab_size;
     NORMLAB_CUDA_CHECK(cudaMemsetAsync(grads_.get(), 0, num_params() * 4, s()));
-    if constexpr (Scheme::scaled_logits)
+    if constexpr (Facts::scaled_logits)
       k::scale_grad_inplace(dt, G(sz_), d_logits_, logits_raw_, sz_tmp_, float(cfg_.sz_init / cfg_.base_scale), N, V,
                             partial_, s());
-    if constexpr (Scheme::rmsnorm_inputs) {
+    if constexpr (Facts::rmsnorm_inputs) {
       be_.linear_backward_x(dt, d_x_, d_logits_, Pc(lm_head_), N, C, V);
       be_.linear_backward_w(dt, G(lm_head_), d_logits_, hf_norm_, N, C, V);
       k::rmsnorm_backward(dt, d_h_, G(ln_f_), d_x_, h_final_, P(ln_f_), rstd_f_, N, C, false, partial_, s());
@@ -244,11 +317,11 @@ class Transformer {
         k::alpha_grad_to_stored(G(w.mlp_alpha), d_alpha_, P(w.mlp_alpha), alpha_const(), C, s());
       be_.linear_backward_x(dt, d_act_, df, Pc(w.wproj), N, F, C, fm);
       be_.linear_backward_w(dt, G(w.wproj), df, a.act, N, F, C, fm);
-      if constexpr (Scheme::scaled_uv) k::effective_scale(s_tmp_, P(w.suv), suv_const(), 2 * F, false, s());
-      k::swiglu_backward(dt, d_uv_, d_act_, a.uv, Scheme::scaled_uv ? s_tmp_ : nullptr, N, F, s());
-      if constexpr (Scheme::scaled_uv)
+      if constexpr (Facts::scaled_uv) k::effective_scale(s_tmp_, P(w.suv), suv_const(), 2 * F, false, s());
+      k::swiglu_backward(dt, d_uv_, d_act_, a.uv, Facts::scaled_uv ? s_tmp_ : nullptr, N, F, s());
+      if constexpr (Facts::scaled_uv)
         k::scale_grad_inplace(dt, G(w.suv), d_uv_, a.uv, s_tmp_, float(suv_const()), N, 2 * F, partial_, s());
-      if constexpr (Scheme::rmsnorm_inputs) {
+      if constexpr (Facts::rmsnorm_inputs) {
         be_.linear_backward_x(dt, d_x_, d_uv_, Pc(w.wfc), N, C, 2 * F);
         be_.linear_backward_w(dt, G(w.wfc), d_uv_, a.xm, N, C, 2 * F);
         k::rmsnorm_backward(dt, d_h_, G(w.ln_mlp), d_x_, a.h_mid, P(w.ln_mlp), a.rstd_m, N, C, true, partial_, s());
@@ -275,16 +348,16 @@ class Transformer {
       const QkKind qk = kUnitQk ? QkKind::unit_scaled : QkKind::none;
       k::qk_backward(dt, qk, d_q_, a.qh, a.qn, s_tmp_, rope_cos(), rope_sin(), B_, T_, H, D, s());
       k::qk_backward(dt, qk, d_k_, a.kh, a.kn, s_tmp_, rope_cos(), rope_sin(), B_, T_, H, D, s());
-      const void* x = Scheme::rmsnorm_inputs ? a.xa : a.h_in;
-      void* dx = Scheme::rmsnorm_inputs ? d_x_ : d_h_;
-      const float beta0 = Scheme::rmsnorm_inputs ? 0.f : 1.f;  // pre-norm: d_x fresh; sphere: into d_h
+      const void* x = Facts::rmsnorm_inputs ? a.xa : a.h_in;
+      void* dx = Facts::rmsnorm_inputs ? d_x_ : d_h_;
+      const float beta0 = Facts::rmsnorm_inputs ? 0.f : 1.f;  // pre-norm: d_x fresh; sphere: into d_h
       be_.linear_backward_x(dt, dx, d_q_, Pc(w.wq), N, C, C, 1.f, beta0);
       be_.linear_backward_x(dt, dx, d_k_, Pc(w.wk), N, C, C, 1.f, 1.f);
       be_.linear_backward_x(dt, dx, d_v_, Pc(w.wv), N, C, C, 1.f, 1.f);
       be_.linear_backward_w(dt, G(w.wq), d_q_, x, N, C, C);
       be_.linear_backward_w(dt, G(w.wk), d_k_, x, N, C, C);
       be_.linear_backward_w(dt, G(w.wv), d_v_, x, N, C, C);
-      if constexpr (Scheme::rmsnorm_inputs)
+      if constexpr (Facts::rmsnorm_inputs)
         k::rmsnorm_backward(dt, d_h_, G(w.ln_att), d_x_, a.h_in, P(w.ln_att), a.rstd_a, N, C, true, partial_, s());
     }
     k::embedding_backward(dt, G(wte_), tok_uniq_, tok_starts_, tok_order_, n_uniq_, d_h_, C, s());
@@ -319,13 +392,13 @@ class Transformer {
       hp.eps = float(g.eps);
       hp.sqrt_bc2 = float(std::sqrt(bc2));
       hp.grad_scale = 1.f;  // already clipped in place
-      update_tensor(sp, hp, constraint_kind(Scheme::weights));
+      update_tensor(sp, hp, constraint_kind(Facts::weights));
     }
     return norm;
   }
 
   // Re-applies the scheme's weight constraint to the master copy (and refreshes the storage copy).
-  void apply_constraint() { sync_copy(constraint_kind(Scheme::weights)); }
+  void apply_constraint() { sync_copy(constraint_kind(Facts::weights)); }
 
  private:
   // Device bump allocator, run twice by layout(): counting (base null), then binding.
@@ -390,7 +463,7 @@ class Transformer {
       w.wo = specs_.add(p + "att_c_proj.weight", {C, C}, ParamRole::matrix, cols);
       w.wfc = specs_.add(p + "c_fc.weight", {2 * F, C}, ParamRole::matrix, rows);
       w.wproj = specs_.add(p + "mlp_c_proj.weight", {C, F}, ParamRole::matrix, cols);
-      if constexpr (Scheme::rmsnorm_inputs) {
+      if constexpr (Facts::rmsnorm_inputs) {
         w.ln_att = specs_.add(p + "rmsnorm_att.weight", {C}, ParamRole::gain);
         w.ln_mlp = specs_.add(p + "rmsnorm_mlp.weight", {C}, ParamRole::gain);
       }
@@ -399,11 +472,11 @@ class Transformer {
         w.mlp_alpha = specs_.add(p + "mlp_alpha", {C}, ParamRole::alpha);
       }
       if constexpr (kUnitQk) w.sqk = specs_.add(p + "sqk", {C}, ParamRole::scale);
-      if constexpr (Scheme::scaled_uv) w.suv = specs_.add(p + "suv", {2 * F}, ParamRole::scale);
+      if constexpr (Facts::scaled_uv) w.suv = specs_.add(p + "suv", {2 * F}, ParamRole::scale);
     }
-    if constexpr (Scheme::rmsnorm_inputs) ln_f_ = specs_.add("rmsnorm_f.weight", {C}, ParamRole::gain);
+    if constexpr (Facts::rmsnorm_inputs) ln_f_ = specs_.add("rmsnorm_f.weight", {C}, ParamRole::gain);
     lm_head_ = specs_.add("lm_head.weight", {V, C}, ParamRole::matrix, rows);
-    if constexpr (Scheme::scaled_logits) sz_ = specs_.add("sz", {V}, ParamRole::scale);
+    if constexpr (Facts::scaled_logits) sz_ = specs_.add("sz", {V}, ParamRole::scale);
   }
 
   void layout(Arena& ar) {
@@ -418,7 +491,7 @@ class Transformer {
     };
     for (LayerActs& a : acts_) {
       a.h_in = ar.takeS(N * C);
-      if constexpr (Scheme::rmsnorm_inputs) {
+      if constexpr (Facts::rmsnorm_inputs) {
         a.xa = ar.takeS(N * C);
         a.rstd_a = ar.template take<float>(N);
         a.xm = ar.takeS(N * C);
@@ -446,7 +519,7 @@ class Transformer {
       cache(a.res_mlp);
     }
     h_final_ = ar.takeS(N * C);
-    if constexpr (Scheme::rmsnorm_inputs) {
+    if constexpr (Facts::rmsnorm_inputs) {
       hf_norm_ = ar.takeS(N * C);
       rstd_f_ = ar.template take<float>(N);
     }
@@ -523,7 +596,7 @@ class Transformer {
     const LayerOffsets& w = layers_[l];
     void* h_out = (l + 1 < cfg_.n_layer) ? acts_[l + 1].h_in : h_final_;
     const void* x = a.h_in;
-    if constexpr (Scheme::rmsnorm_inputs) {
+    if constexpr (Facts::rmsnorm_inputs) {
       k::rmsnorm_forward(dt, a.xa, a.rstd_a, a.h_in, P(w.ln_att), N, C, float(cfg_.rmsnorm_eps), s());
       x = a.xa;
     }
@@ -541,13 +614,13 @@ class Transformer {
     if constexpr (Residual::learned_alpha) effective_alpha(w.attn_alpha);
     k::residual_forward(dt, kRes, a.h_mid, a.h_in, a.a, alpha_tmp_, a.res_att, N, C, s());
     const void* xm = a.h_mid;
-    if constexpr (Scheme::rmsnorm_inputs) {
+    if constexpr (Facts::rmsnorm_inputs) {
       k::rmsnorm_forward(dt, a.xm, a.rstd_m, a.h_mid, P(w.ln_mlp), N, C, float(cfg_.rmsnorm_eps), s());
       xm = a.xm;
     }
     be_.linear_forward(dt, a.uv, xm, Pc(w.wfc), N, C, 2 * F);
-    if constexpr (Scheme::scaled_uv) k::effective_scale(s_tmp_, P(w.suv), suv_const(), 2 * F, false, s());
-    k::swiglu_forward(dt, a.act, a.uv, Scheme::scaled_uv ? s_tmp_ : nullptr, N, F, s());
+    if constexpr (Facts::scaled_uv) k::effective_scale(s_tmp_, P(w.suv), suv_const(), 2 * F, false, s());
+    k::swiglu_forward(dt, a.act, a.uv, Facts::scaled_uv ? s_tmp_ : nullptr, N, F, s());
     be_.linear_forward(dt, a.m, a.act, Pc(w.wproj), N, F, C, float(mlp_factor_));
     if constexpr (Residual::learned_alpha) effective_alpha(w.mlp_alpha);
     k::residual_forward(dt, kRes, h_out, a.h_mid, a.m, alpha_tmp_, a.res_mlp, N, C, s());
@@ -556,12 +629,12 @@ class Transformer {
   void head_forward() {
     const std::int64_t N = B_ * T_, C = cfg_.n_embd, V = cfg_.vocab_size;
     const void* hf = h_final_;
-    if constexpr (Scheme::rmsnorm_inputs) {
+    if constexpr (Facts::rmsnorm_inputs) {
       k::rmsnorm_forward(dt, hf_norm_, rstd_f_, h_final_, P(ln_f_), N, C, float(cfg_.rmsnorm_eps), s());
       hf = hf_norm_;
     }
     be_.linear_forward(dt, logits_raw_, hf, Pc(lm_head_), N, C, V);
-    if constexpr (Scheme::scaled_logits)
+    if constexpr (Facts::scaled_logits)
       k::effective_scale(sz_tmp_, P(sz_), cfg_.sz_init / cfg_.base_scale, V, false, s());
   }
 
@@ -597,7 +670,7 @@ class Transformer {
   double suv_const() const { return cfg_.suv_init * std::sqrt(double(cfg_.n_embd)); }
   float softmax_scale() const {
     const double D = double(cfg_.head_dim());
-    return float(Scheme::sqrt_dk_softmax ? std::sqrt(D) : 1.0 / std::sqrt(D));
+    return float(Facts::sqrt_dk_softmax ? std::sqrt(D) : 1.0 / std::sqrt(D));
   }
 
   static void fill_normal(float* p, std::size_t n, double stddev, std::mt19937_64& rng) {

@@ -38,6 +38,16 @@ inline const char* role_name(ParamRole r) {
 // the one constrained: rows of W[out, d], columns of W[d, in].
 enum class NormAxis { none, rows, cols };
 
+// How a tensor starts (Transformer::init): N(0, value²) or every entry = value.
+// The declaring policy says it, so the model never matches parameter names.
+struct ParamInit {
+  enum class Kind { normal, constant };
+  Kind kind = Kind::constant;
+  double value = 0;  // std for normal, the entry for constant
+  static ParamInit normal(double stddev) { return {Kind::normal, stddev}; }
+  static ParamInit constant(double v) { return {Kind::constant, v}; }
+};
+
 struct ParamSpec {
   std::string name;  // the reference implementation's name
   Shape shape;
@@ -45,13 +55,15 @@ struct ParamSpec {
   std::size_t numel = 0;
   ParamRole role = ParamRole::matrix;
   NormAxis axis = NormAxis::none;
+  ParamInit init;
 };
 
 template <class T>
 class ParamStore {
  public:
   // Returns the offset of the new tensor; call finalize() once all are added.
-  std::size_t add(std::string name, Shape shape, ParamRole role, NormAxis axis = NormAxis::none) {
+  std::size_t add(std::string name, Shape shape, ParamRole role, NormAxis axis = NormAxis::none,
+                  ParamInit init = ParamInit::constant(0)) {
     ParamSpec s;
     s.name = std::move(name);
     s.shape = std::move(shape);
@@ -59,6 +71,7 @@ class ParamStore {
     s.offset = total_;
     s.role = role;
     s.axis = axis;
+    s.init = init;
     total_ += s.numel;
     specs_.push_back(std::move(s));
     return specs_.back().offset;

@@ -1,0 +1,66 @@
+#pragma once
+// Normalization sites: what turns the residual stream into a sub-layer's input
+// (input_norm), a sub-layer's output before it joins the stream (output_norm,
+// Peri-LN), and the last hidden state into the LM head's input (final_norm).
+// Each is a type whose `site<T, Backend>` declares its parameters, saves what
+// backward needs, and runs forward/backward:
+//   const T* forward(ctx, x, rows, C)            returns y (its own buffer, or x)
+//   const T* backward(ctx, scratch, dy, x, rows, C)
+//       returns dx: written into scratch (rows × C), or dy itself for the identity
+// `where` names the site in parameter names ("att", "mlp", "f", "att_out", …).
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <type_traits>
+
+#include "normlab/nn/context.hpp"
+#include "normlab/nn/params.hpp"
+
+namespace normlab {
+
+// No normalization: the sub-layer sees the stream itself.
+struct no_norm {
+  static constexpr std::string_view name = "none";
+  template <class T, class Backend>
+  struct site {
+    void declare(ParamStore<T>&, const std::string& /*prefix*/, std::string_view /*where*/, const ModelConfig&) {}
+    void bind(Arena<T>&, std::int64_t /*rows*/, std::int64_t /*C*/) {}
+    const T* forward(StepContext<T>&, const T* x, std::int64_t, std::int64_t) { return x; }
+    const T* backward(StepContext<T>&, T* /*scratch*/, const T* dy, const T* /*x*/, std::int64_t, std::int64_t) {
+      return dy;
+    }
+  };
+};
+
+template <class Norm>
+inline constexpr bool is_identity_norm = std::is_same_v<Norm, no_norm>;
+
+// RMSNorm with a learned gain (initialised to 1), ε from the config: the
+// reference's "<prefix>rmsnorm_<where>.weight".
+struct rms_norm {
+  static constexpr std::string_view name = "rmsnorm";
+  template <class T, class Backend>
+  struct site {
+    std::size_t gain = 0;
+    T* y = nullptr;     // (rows, C)
+    T* rstd = nullptr;  // (rows)
+    void declare(ParamStore<T>& p, const std::string& prefix, std::string_view where, const ModelConfig& cfg) {
+      gain = p.add(prefix + "rmsnorm_" + std::string(where) + ".weight", {cfg.n_embd}, ParamRole::gain,
+                   NormAxis::none, ParamInit::constant(1));
+    }
+    void bind(Arena<T>& ar, std::int64_t rows, std::int64_t C) {
+      y = ar.take(rows * C);
+      rstd = ar.take(rows);
+    }
+    const T* forward(StepContext<T>& c, const T* x, std::int64_t rows, std::int64_t C) {
+      Backend::rmsnorm_forward(y, rstd, x, c.P(gain), rows, C, T(c.cfg->rmsnorm_eps));
+      return y;
+    }
+    const T* backward(StepContext<T>& c, T* scratch, const T* dy, const T* x, std::int64_t rows, std::int64_t C) {
+      Backend::rmsnorm_backward(scratch, c.G(gain), dy, x, c.P(gain), rstd, rows, C);
+      return scratch;
+    }
+  };
+};
+
+}  // namespace normlab

@@ -1,0 +1,180 @@
+#pragma once
+// What happens to q and k between their projections and attention: RoPE, and
+// the scheme's treatment. Each is a type whose `site<T, Backend>`:
+//   forward(ctx, q, k)     q, k (N, C) straight from the projections; applies
+//                          RoPE from position ctx.pos0, and returns through
+//                          qa()/ka() what attention sees
+//   backward(ctx, dq, dk, scratch)  dq, dk: gradients at qa/ka on entry, at
+//                          the projections' outputs on return (in place)
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "normlab/nn/context.hpp"
+#include "normlab/nn/params.hpp"
+#include "normlab/nn/scale.hpp"
+
+namespace normlab {
+
+// GPT: RoPE, nothing else.
+struct qk_rope {
+  static constexpr std::string_view name = "rope";
+  template <class T, class Backend>
+  struct site {
+    T* q = nullptr;  // (N, C) after RoPE (the projections' outputs, rotated in place)
+    T* k = nullptr;
+    void declare(ParamStore<T>&, const std::string&, const ModelConfig&) {}
+    void bind(Arena<T>&, std::int64_t, const ModelConfig&) {}
+    void forward(StepContext<T>& c, T* q_, T* k_) {
+      q = q_;
+      k = k_;
+      Backend::rope_apply(q, c.rope_cos, c.rope_sin, c.B, c.Tn, c.H(), c.D(), false, c.pos0);
+      Backend::rope_apply(k, c.rope_cos, c.rope_sin, c.B, c.Tn, c.H(), c.D(), false, c.pos0);
+    }
+    const T* qa() const { return q; }
+    const T* ka() const { return k; }
+    void backward(StepContext<T>& c, T* dq, T* dk, T* /*scratch*/) {
+      Backend::rope_apply(dq, c.rope_cos, c.rope_sin, c.B, c.Tn, c.H(), c.D(), true);
+      Backend::rope_apply(dk, c.rope_cos, c.rope_sin, c.B, c.Tn, c.H(), c.D(), true);
+    }
+  };
+};
+
+// GPT+ ("QK-norm"): RoPE, then RMSNorm over each head with a learned gain (dk)
+// for q and for k.
+struct qk_rms_gain {
+  static constexpr std::string_view name = "rms_gain";
+  template <class T, class Backend>
+  struct site {
+    std::size_t q_gain = 0, k_gain = 0;
+    T *q = nullptr, *k = nullptr;    // (N, C) after RoPE
+    T *qs = nullptr, *ks = nullptr;  // (N, C) RMSNorm(q) ⊙ g: what attention sees
+    T *qn = nullptr, *kn = nullptr;  // (N, H) 1/rms per head
+    void declare(ParamStore<T>& p, const std::string& prefix, const ModelConfig& cfg) {
+      q_gain = p.add(prefix + "q_norm.weight", {cfg.head_dim()}, ParamRole::gain, NormAxis::none,
+                     ParamInit::constant(1));
+      k_gain = p.add(prefix + "k_norm.weight", {cfg.head_dim()}, ParamRole::gain, NormAxis::none,
+                     ParamInit::constant(1));
+    }
+    void bind(Arena<T>& ar, std::int64_t N, const ModelConfig& cfg) {
+      qn = ar.take(N * cfg.n_head);
+      kn = ar.take(N * cfg.n_head);
+      qs = ar.take(N * cfg.n_embd);
+      ks = ar.take(N * cfg.n_embd);
+    }
+    void forward(StepContext<T>& c, T* q_, T* k_) {
+      q = q_;
+      k = k_;
+      const std::int64_t rows = c.N() * c.H(), D = c.D();
+      Backend::rope_apply(q, c.rope_cos, c.rope_sin, c.B, c.Tn, c.H(), D, false, c.pos0);
+      Backend::rope_apply(k, c.rope_cos, c.rope_sin, c.B, c.Tn, c.H(), D, false, c.pos0);
+      Backend::rmsnorm_forward(qs, qn, q, c.P(q_gain), rows, D, T(c.cfg->rmsnorm_eps));
+      Backend::rmsnorm_forward(ks, kn, k, c.P(k_gain), rows, D, T(c.cfg->rmsnorm_eps));
+    }
+    const T* qa() const { return qs; }
+    const T* ka() const { return ks; }
+    void backward(StepContext<T>& c, T* dq, T* dk, T* scratch) {
+      const std::int64_t rows = c.N() * c.H(), D = c.D(), NC = c.N() * c.C();
+      Backend::rmsnorm_backward(scratch, c.G(q_gain), dq, q, c.P(q_gain), qn, rows, D);
+      Backend::copy(dq, scratch, NC);
+      Backend::rmsnorm_backward(scratch, c.G(k_gain), dk, k, c.P(k_gain), kn, rows, D);
+      Backend::copy(dk, scratch, NC);
+      Backend::rope_apply(dq, c.rope_cos, c.rope_sin, c.B, c.Tn, c.H(), D, true);
+      Backend::rope_apply(dk, c.rope_cos, c.rope_sin, c.B, c.Tn, c.H(), D, true);
+    }
+  };
+};
+
+// nGPT/anGPT: q ← s_qk ⊙ N(q), k ← s_qk ⊙ N(k), per head after RoPE, with the
+// learned scale s_qk (C, stored base_scale, effective × sqk_init/base_scale);
+// RoPE, unit norm and s_qk in one fused pass each way.
+template <ScaleKind K = ScaleKind::vector>
+struct qk_unit_scaled {
+  static constexpr std::string_view name = "unit_scaled";
+  template <class T, class Backend>
+  struct site {
+    ScaleParam<T, K> sqk;
+    T *qh = nullptr, *kh = nullptr;  // (N, C) per-head unit vectors
+    T *qn = nullptr, *kn = nullptr;  // (N, H) per-head norms
+    T *qs = nullptr, *ks = nullptr;  // (N, C) s_qk ⊙ unit: what attention sees
+    void declare(ParamStore<T>& p, const std::string& prefix, const ModelConfig& cfg) {
+      sqk.declare(p, prefix + "sqk", cfg.n_embd, cfg.base_scale);
+    }
+    void bind(Arena<T>& ar, std::int64_t N, const ModelConfig& cfg) {
+      qh = ar.take(N * cfg.n_embd);
+      kh = ar.take(N * cfg.n_embd);
+      qn = ar.take(N * cfg.n_head);
+      kn = ar.take(N * cfg.n_head);
+      qs = ar.take(N * cfg.n_embd);
+      ks = ar.take(N * cfg.n_embd);
+    }
+    double k_const(const StepContext<T>& c) const { return c.cfg->sqk_init / c.cfg->base_scale; }
+    void forward(StepContext<T>& c, T* q, T* k) {
+      sqk.effective(c, k_const(c), c.C(), c.scale_tmp);
+      Backend::rope_l2norm_scale_forward(q, qh, qn, qs, c.scale_tmp, c.rope_cos, c.rope_sin, c.B, c.Tn, c.H(), c.D(),
+                                         c.pos0);
+      Backend::rope_l2norm_scale_forward(k, kh, kn, ks, c.scale_tmp, c.rope_cos, c.rope_sin, c.B, c.Tn, c.H(), c.D(),
+                                         c.pos0);
+    }
+    const T* qa() const { return qs; }
+    const T* ka() const { return ks; }
+    void backward(StepContext<T>& c, T* dq, T* dk, T* /*scratch*/) {
+      sqk.effective(c, k_const(c), c.C(), c.scale_tmp);
+      const T kk = T(k_const(c));
+      Backend::fill(c.d_scale, c.C(), T(0));
+      Backend::rope_l2norm_scale_backward(dq, c.d_scale, qh, qn, c.scale_tmp, c.rope_cos, c.rope_sin, c.B, c.Tn,
+                                          c.H(), c.D(), kk);
+      Backend::rope_l2norm_scale_backward(dk, c.d_scale, kh, kn, c.scale_tmp, c.rope_cos, c.rope_sin, c.B, c.Tn,
+                                          c.H(), c.D(), kk);
+      sqk.fold_grad(c, c.d_scale, c.C());
+    }
+  };
+};
+
+// Ablation: q ← s_qk ⊙ q, k ← s_qk ⊙ k after RoPE (the scale kept, the
+// normalization dropped).
+template <ScaleKind K = ScaleKind::vector>
+struct qk_scaled_only {
+  static constexpr std::string_view name = "scaled_only";
+  template <class T, class Backend>
+  struct site {
+    ScaleParam<T, K> sqk;
+    T *q = nullptr, *k = nullptr;    // (N, C) after RoPE
+    T *qs = nullptr, *ks = nullptr;  // (N, C) s_qk ⊙ q
+    void declare(ParamStore<T>& p, const std::string& prefix, const ModelConfig& cfg) {
+      sqk.declare(p, prefix + "sqk", cfg.n_embd, cfg.base_scale);
+    }
+    void bind(Arena<T>& ar, std::int64_t N, const ModelConfig& cfg) {
+      qs = ar.take(N * cfg.n_embd);
+      ks = ar.take(N * cfg.n_embd);
+    }
+    double k_const(const StepContext<T>& c) const { return c.cfg->sqk_init / c.cfg->base_scale; }
+    void forward(StepContext<T>& c, T* q_, T* k_) {
+      q = q_;
+      k = k_;
+      Backend::rope_apply(q, c.rope_cos, c.rope_sin, c.B, c.Tn, c.H(), c.D(), false, c.pos0);
+      Backend::rope_apply(k, c.rope_cos, c.rope_sin, c.B, c.Tn, c.H(), c.D(), false, c.pos0);
+      sqk.effective(c, k_const(c), c.C(), c.scale_tmp);
+      Backend::scale_columns(qs, q, c.scale_tmp, c.N(), c.C());
+      Backend::scale_columns(ks, k, c.scale_tmp, c.N(), c.C());
+    }
+    const T* qa() const { return qs; }
+    const T* ka() const { return ks; }
+    void backward(StepContext<T>& c, T* dq, T* dk, T* /*scratch*/) {
+      const std::int64_t N = c.N(), C = c.C();
+      sqk.effective(c, k_const(c), C, c.scale_tmp);
+      const T kk = T(k_const(c));
+      Backend::fill(c.d_scale, C, T(0));
+      Backend::column_dot_accumulate(c.d_scale, dq, q, N, C, kk);
+      Backend::column_dot_accumulate(c.d_scale, dk, k, N, C, kk);
+      sqk.fold_grad(c, c.d_scale, C);
+      Backend::scale_columns(dq, dq, c.scale_tmp, N, C);
+      Backend::scale_columns(dk, dk, c.scale_tmp, N, C);
+      Backend::rope_apply(dq, c.rope_cos, c.rope_sin, c.B, c.Tn, c.H(), c.D(), true);
+      Backend::rope_apply(dk, c.rope_cos, c.rope_sin, c.B, c.Tn, c.H(), c.D(), true);
+    }
+  };
+};
+
+}  // namespace normlab

@@ -1,0 +1,40 @@
+# example:custom-policies — a user's project, as a user would build it: install
+# normlab into a scratch prefix, copy examples/custom_policies out of the tree,
+# build it against the package (no access to normlab's sources), then
+#   1. gradcheck_custom: DyT, Peri-LN and gated_add pass float64 finite
+#      differences at 1e-6 with normlab's checker;
+#   2. normlab-ablate (normlab's own tool, -DABLATE) trains normlab's gpt and the
+#      three custom variants through normlab's driver, from the project's
+#      --bin-dir, and its table lists every one of them.
+file(REMOVE_RECURSE ${WORK_DIR})
+include(${CMAKE_CURRENT_LIST_DIR}/../run_checked.cmake)
+run(${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${WORK_DIR}/lib-build -G ${GENERATOR}
+    -DNORMLAB_BUILD_TESTS=OFF -DNORMLAB_BUILD_TOOLS=OFF -DNORMLAB_BUILD_EXAMPLES=OFF
+    -DCMAKE_INSTALL_PREFIX=${WORK_DIR}/prefix)
+run(${CMAKE_COMMAND} --install ${WORK_DIR}/lib-build)
+file(COPY ${SOURCE_DIR}/examples/custom_policies/ DESTINATION ${WORK_DIR}/project)
+run(${CMAKE_COMMAND} -S ${WORK_DIR}/project -B ${WORK_DIR}/build -G ${GENERATOR}
+    -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix -DCMAKE_BUILD_TYPE=Release)
+run(${CMAKE_COMMAND} --build ${WORK_DIR}/build)
+
+run(${WORK_DIR}/build/gradcheck_custom)
+message(STATUS "${last_out}")
+foreach(v gpt_dyt gpt_periln gpt_gated)
+  if(NOT last_out MATCHES "${v} +[0-9]+ tensors +max_rel_error [0-9.e+-]+ \\([^)]*\\) +PASS")
+    message(FATAL_ERROR "gradcheck_custom: no PASS line for ${v}")
+  endif()
+endforeach()
+if(NOT last_out MATCHES "custom gradcheck: PASS")
+  message(FATAL_ERROR "gradcheck_custom did not pass")
+endif()
+
+run(${ABLATE} --variants gpt,gpt_dyt,gpt_periln,gpt_gated --seeds 1 --bin-dir ${WORK_DIR}/build
+    --out ${WORK_DIR}/study -- --data synthetic --steps 40 --batch 4 --seq 32 --d 32 --layers 2 --heads 2
+    --eval-every 10 --eval-batches 2 --ckpt-every 20)
+file(READ ${WORK_DIR}/study/results.md table)
+foreach(v gpt gpt_dyt gpt_periln gpt_gated)
+  if(NOT table MATCHES "\n\\| ${v}( \\(baseline\\))? \\| 1 \\| [0-9]+\\.[0-9]+ \\|")
+    message(FATAL_ERROR "results.md has no row with a final loss for ${v}:\n${table}")
+  endif()
+endforeach()
+message(STATUS "custom policies: gradcheck passed, trained by normlab's driver, in normlab-ablate's table")
