@@ -67,7 +67,7 @@ constexpr ResidualKind residual_kind() {
 // (it is not yet the one model over a CUDA backend, issue 17): it recognises
 // normlab's built-in policy types and refuses any other at compile time.
 enum class QkMode { none, rms_gain, unit_scaled, scaled_only, other };
-namespace detail {
+namespace facts {
 template <class Q>
 struct qk_facts {
   static constexpr QkMode mode = QkMode::other;
@@ -109,7 +109,7 @@ struct scaled_facts<scaled_logits<K>> {
   static constexpr bool known = true, scaled = true;
   static constexpr ScaleKind kind = K;
 };
-}  // namespace detail
+}  // namespace facts
 
 template <class S>
 struct SchemeFacts {
@@ -118,15 +118,15 @@ struct SchemeFacts {
       std::is_same_v<typename S::output_norm, no_norm> &&
       ((rmsnorm_inputs && std::is_same_v<typename S::final_norm, rms_norm>) ||
        (std::is_same_v<typename S::input_norm, no_norm> && std::is_same_v<typename S::final_norm, no_norm>));
-  static constexpr QkMode qk = detail::qk_facts<typename S::qk>::mode;
-  static constexpr bool scaled_uv = detail::scaled_facts<typename S::mlp_activation>::scaled;
-  static constexpr bool scaled_logits = detail::scaled_facts<typename S::logit_scale>::scaled;
+  static constexpr QkMode qk = facts::qk_facts<typename S::qk>::mode;
+  static constexpr bool scaled_uv = facts::scaled_facts<typename S::mlp_activation>::scaled;
+  static constexpr bool scaled_logits = facts::scaled_facts<typename S::logit_scale>::scaled;
   static constexpr bool all_vector_scales = S::alpha_kind == ScaleKind::vector &&
-                                            detail::qk_facts<typename S::qk>::kind == ScaleKind::vector &&
-                                            detail::scaled_facts<typename S::mlp_activation>::kind == ScaleKind::vector &&
-                                            detail::scaled_facts<typename S::logit_scale>::kind == ScaleKind::vector;
-  static constexpr bool activations_known = detail::scaled_facts<typename S::mlp_activation>::known &&
-                                            detail::scaled_facts<typename S::logit_scale>::known;
+                                            facts::qk_facts<typename S::qk>::kind == ScaleKind::vector &&
+                                            facts::scaled_facts<typename S::mlp_activation>::kind == ScaleKind::vector &&
+                                            facts::scaled_facts<typename S::logit_scale>::kind == ScaleKind::vector;
+  static constexpr bool activations_known = facts::scaled_facts<typename S::mlp_activation>::known &&
+                                            facts::scaled_facts<typename S::logit_scale>::known;
   static constexpr bool approx_factors = S::output_factors::approximate;
   static constexpr bool attention_mixing_factor = std::is_same_v<typename S::output_factors, angpt_output_factors<true>>;
   static constexpr WeightConstraint weights = S::constraint::mode;
