@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <map>
 #include <random>
 #include <sstream>
 #include <string>
@@ -411,6 +413,119 @@ TEST_CASE("ablate: the plot's y axis follows the curves, not a far-away entropy 
   CHECK(gp.find("lc rgb 'gray40'") == std::string::npos);
 }
 
+TEST_CASE("ablate: Student-t quantiles and 95% intervals of a mean over seeds", "[ablate]") {
+  // Table values (two-sided 95%), and the expansion past 30 against known quantiles.
+  CHECK(ab::t_quantile_975(1) == Approx(12.706));
+  CHECK(ab::t_quantile_975(2) == Approx(4.303));
+  CHECK(ab::t_quantile_975(9) == Approx(2.262));
+  CHECK(ab::t_quantile_975(30) == Approx(2.042));
+  CHECK(ab::t_quantile_975(40) == Approx(2.0211).epsilon(1e-4));
+  CHECK(ab::t_quantile_975(120) == Approx(1.9799).epsilon(1e-4));
+  // {1, 2, 3}: mean 2, sd 1, half-width t(2)/√3 = 2.4843.
+  const ab::Interval iv = ab::ci95(ab::mean_sd({1.0, 2.0, 3.0}));
+  REQUIRE(iv.valid());
+  CHECK(iv.lo == Approx(2.0 - 4.303 / std::sqrt(3.0)));
+  CHECK(iv.hi == Approx(2.0 + 4.303 / std::sqrt(3.0)));
+  CHECK_FALSE(ab::ci95(ab::mean_sd({1.0})).valid());  // one seed: no interval, never a zero-width one
+}
+
+TEST_CASE("ablate: the sweep picks each variant's lowest final loss; diverged runs never; ties the smaller rate",
+          "[ablate]") {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const std::vector<ab::SweepRun> runs = {
+      {"gpt", 1e-3, 2.10}, {"gpt", 3e-3, 1.95}, {"gpt", 1e-2, 2.05}, {"gpt", 3e-2, nan},          // 3e-3
+      {"ngpt", 1e-3, 2.30}, {"ngpt", 3e-3, 2.00}, {"ngpt", 1e-2, 1.90}, {"ngpt", 3e-2, std::nullopt},  // 1e-2
+      {"tie", 1e-2, 2.00}, {"tie", 3e-3, 2.00},                                                      // 3e-3
+  };
+  const auto c = ab::choose_learning_rates({"gpt", "ngpt", "tie"}, runs);
+  REQUIRE(c.size() == 3);
+  CHECK(c[0].variant == "gpt");
+  CHECK(c[0].lr == 3e-3);
+  CHECK(c[0].final_val_loss == 1.95);
+  CHECK(c[1].lr == 1e-2);
+  CHECK(c[2].lr == 3e-3);
+  // Every rate diverged: an error naming the variant, not a silent pick.
+  CHECK_THROWS_WITH(ab::choose_learning_rates({"bad"}, {{"bad", 1e-2, nan}, {"bad", 3e-2, std::nullopt}}),
+                    Catch::Contains("\"bad\"") && Catch::Contains("diverged"));
+  CHECK_THROWS_WITH(ab::choose_learning_rates({"missing"}, runs), Catch::Contains("no sweep run of variant \"missing\""));
+  // The table: one column per rate, the choice in bold, "diverged" and "not run" said as such.
+  const std::string md = ab::sweep_markdown({"gpt", "ngpt"}, {1e-3, 3e-3, 1e-2, 3e-2, 1e-1}, runs, c, 75, 1);
+  INFO(md);
+  CHECK(md.find("| variant | lr 0.001 | lr 0.003 | lr 0.01 | lr 0.03 | lr 0.1 | chosen lr |") != std::string::npos);
+  CHECK(row_of(md, "gpt") == "| gpt | 2.1000 | **1.9500** | 2.0500 | diverged | not run | 0.003 |");
+  CHECK(row_of(md, "ngpt") == "| ngpt | 2.3000 | 2.0000 | **1.9000** | diverged | not run | 0.01 |");
+  CHECK(md.find("75 steps (seed 1)") != std::string::npos);
+}
+
+TEST_CASE("ablate: seeds aggregated with intervals, interleaved step times, a variant that never reaches the target",
+          "[ablate]") {
+  TempDir tmp;
+  std::vector<ab::VariantRuns> runs;
+  // gpt: two seeds ending at 1.9 and 2.1 (target = their mean, 2.0); ngpt reaches 2.0 at 50k tokens in both
+  // seeds; slow never gets below 3.0.
+  runs.push_back({"gpt",
+                  {make_run(tmp.path, "gpt", 1, linear(4.0, 1.9, 1.0), 0.1),
+                   make_run(tmp.path, "gpt", 2, linear(4.0, 2.1, 1.0), 0.1)}});
+  runs.push_back({"ngpt",
+                  {make_run(tmp.path, "ngpt", 1, linear(4.0, 0.0, 1.0), 0.1),
+                   make_run(tmp.path, "ngpt", 2, linear(4.0, 0.0, 1.0), 0.1)}});
+  runs.push_back({"slow", {make_run(tmp.path, "slow", 1, linear(4.0, 3.0, 1.0), 0.1)}});
+  // Interleaved step times: 100 steps of 1000 tokens; gpt 0.2 s, ngpt 0.4 s, slow 0.1 s per step.
+  const std::map<std::string, double> step_s = {{"gpt", 0.2}, {"ngpt", 0.4}, {"slow", 0.1}};
+  const ab::Analysis a = ab::analyze(runs, step_s);
+  CHECK(a.target_loss == Approx(2.0));
+  // gpt seed 1 reaches 2.0 between 90k (2.11) and 100k (1.9); seed 2 never does.
+  const double gpt_tokens = 90000 + 10000 * (2.11 - 2.0) / (2.11 - 1.9);
+  CHECK(a.ref_tokens == Approx(gpt_tokens));
+  CHECK(a.ref_seconds == Approx(gpt_tokens / 1000 * 0.2));  // from the step time, not elapsed_s
+  REQUIRE(a.rows.size() == 3);
+  CHECK(*a.rows[0].speedup_tokens == 1.0);  // the baseline, exactly
+  CHECK(*a.rows[0].speedup_time == 1.0);
+  CHECK(a.rows[1].tokens_to_target.stats.mean == Approx(50000));
+  CHECK(*a.rows[1].speedup_tokens == Approx(gpt_tokens / 50000));
+  CHECK(*a.rows[1].speedup_time == Approx((gpt_tokens / 1000 * 0.2) / (50.0 * 0.4)));
+  CHECK(a.rows[2].tokens_to_target.reached == 0);
+  CHECK_FALSE(a.rows[2].speedup_tokens.has_value());
+  CHECK_FALSE(a.rows[2].speedup_time.has_value());
+
+  ab::ReportInfo info;
+  info.step_s = step_s;
+  info.step_s_method = "3 rounds";
+  const std::string md = ab::results_markdown(runs, info);
+  INFO(md);
+  CHECK(md.find("interleaved benchmark (3 rounds): gpt 200.0 ms, ngpt 400.0 ms, slow 100.0 ms per step") !=
+        std::string::npos);
+  CHECK(md.find("measured while the runs ran one after another") == std::string::npos);
+  CHECK(row_of(md, "slow").find("not reached in 1/1 seeds | n/a (target not reached) |") != std::string::npos);
+  // The spread table: gpt's final losses 1.9 / 2.1 → 2.0 ± 0.1414, interval 2.0 ± 12.706 · 0.1414/√2.
+  const std::string spread = md.substr(md.find("## Spread over seeds"));
+  const double h = 12.706 * std::sqrt(0.02) / std::sqrt(2.0);
+  char want[160];
+  std::snprintf(want, sizeof want, "| gpt | 2 | 2.0000 ± 0.1414 | [%.4f, %.4f] | 1/2 |", 2.0 - h, 2.0 + h);
+  CHECK(row_of(spread, "gpt").find(want) != std::string::npos);
+  CHECK(row_of(spread, "ngpt").find("| 2/2 | 50000 ± 0 | [50000, 50000] |") != std::string::npos);
+  CHECK(row_of(spread, "slow") == "| slow | 1 | 3.0000 | n/a (n < 2) | 0/1 | n/a | n/a (n < 2) |");
+}
+
+TEST_CASE("ablate: the plot draws every seed and, with several seeds, their mean", "[ablate]") {
+  TempDir tmp;
+  std::vector<ab::VariantRuns> runs;
+  runs.push_back({"gpt",
+                  {make_run(tmp.path, "gpt", 1, linear(4.0, 2.0, 1.0), 0.1),
+                   make_run(tmp.path, "gpt", 2, linear(4.0, 3.0, 1.0), 0.1)}});
+  runs.push_back({"ngpt", {make_run(tmp.path, "ngpt", 1, linear(4.0, 1.0, 1.0), 0.1)}});
+  const std::string gp = ab::loss_plot_script(runs, ab::analyze(runs), std::nullopt, "a.png", "a.svg");
+  INFO(gp);
+  CHECK(gp.find("'gpt seed 1'") != std::string::npos);
+  CHECK(gp.find("'gpt seed 2'") != std::string::npos);
+  CHECK(gp.find("'gpt mean of 2 seeds'") != std::string::npos);
+  CHECK(gp.find("'ngpt mean of") == std::string::npos);  // one seed: no mean line
+  // The mean's last point: (2.0 + 3.0) / 2 at 0.1 million tokens.
+  const std::size_t m = gp.find("$mean0 << EOD");
+  REQUIRE(m != std::string::npos);
+  CHECK(gp.find("\n0.1 2.5\nEOD", m) != std::string::npos);
+}
+
 #ifdef NORMLAB_ABLATE_EXE
 
 namespace {
@@ -418,35 +533,42 @@ namespace {
 // A fake trainer: parses --seed/--out (without consuming its arguments), records
 // its arguments one per line in OUT/args.txt, and writes metrics.jsonl and
 // summary.json whose val loss goes 4.0 -> `to` over 100k tokens. Only shell
-// builtins, so it works with any PATH.
-void fake_trainer(const fs::path& bin, const std::string& variant, double to, int exit_code = 0) {
+// builtins, so it works with any PATH. With `best_lr`, a run given another
+// --lr ends 0.5 higher (the sweep has something to choose). With --time-steps
+// it writes OUT/step_time.json (`step_s`) and nothing else, as the trainers do.
+void fake_trainer(const fs::path& bin, const std::string& variant, double to, int exit_code = 0,
+                  const std::string& best_lr = "", double step_s = 0.1) {
   const fs::path p = bin / ("train-" + variant);
-  std::string metrics;
-  for (const auto& line : [&] {
-         std::vector<std::string> lines;
-         std::istringstream is(metrics_text(linear(4.0, to, 1.0)));
-         std::string l;
-         while (std::getline(is, l)) lines.push_back(l);
-         return lines;
-       }())
-    metrics += "printf '%s\\n' '" + line + "'\n";
-  char summary[512];
-  std::snprintf(summary, sizeof summary,
-                "printf '{\"variant\": \"%s\", \"seed\": %%s, \"steps\": 100, \"tokens\": 100000, "
-                "\"final_val_loss\": %.17g, \"mean_step_time_s\": 0.1, \"total_time_s\": 10.0, \"params\": 10, "
-                "\"entropy_floor_nats\": 1.0, \"data\": \"fake data\"}\\n' \"$seed\"",
-                variant.c_str(), to);
+  auto printer = [&](double final_loss) {
+    std::string metrics;
+    std::istringstream is(metrics_text(linear(4.0, final_loss, 1.0)));
+    std::string l;
+    while (std::getline(is, l)) metrics += "printf '%s\\n' '" + l + "'\n";
+    char summary[512];
+    std::snprintf(summary, sizeof summary,
+                  "printf '{\"variant\": \"%s\", \"seed\": %%s, \"steps\": 100, \"tokens\": 100000, "
+                  "\"final_val_loss\": %.17g, \"mean_step_time_s\": 0.1, \"total_time_s\": 10.0, \"params\": 10, "
+                  "\"entropy_floor_nats\": 1.0, \"data\": \"fake data\"}\\n' \"$seed\"",
+                  variant.c_str(), final_loss);
+    return "{\n" + metrics + "} > \"$out/metrics.jsonl\"\n" + summary + " > \"$out/summary.json\"\n";
+  };
+  char timing[160];
+  std::snprintf(timing, sizeof timing, "printf '{\"step_time_s\": %.17g}\\n' > \"$out/step_time.json\"\n", step_s);
   std::string text = "#!/bin/sh\n"
-                     "seed=''; out=''; prev=''\n"
+                     "seed=''; out=''; lr=''; timed=''; prev=''\n"
                      "for a in \"$@\"; do\n"
-                     "  case \"$prev\" in --seed) seed=$a ;; --out) out=$a ;; esac\n"
+                     "  case \"$prev\" in --seed) seed=$a ;; --out) out=$a ;; --lr) lr=$a ;; --time-steps) timed=$a ;; esac\n"
                      "  prev=$a\n"
                      "done\n"
+                     "if [ -n \"$timed\" ]; then mkdir -p \"$out\"; " + std::string(timing) + " exit 0; fi\n"
                      "echo \"fake train-" + variant + " seed $seed\"\n";
   if (exit_code != 0) text += "exit " + std::to_string(exit_code) + "\n";
-  text += "printf '%s\\n' \"$@\" > \"$out/args.txt\"\n"
-          "{\n" + metrics + "} > \"$out/metrics.jsonl\"\n" +
-          summary + " > \"$out/summary.json\"\n";
+  text += "printf '%s\\n' \"$@\" > \"$out/args.txt\"\n";
+  if (best_lr.empty()) {
+    text += printer(to);
+  } else {
+    text += "if [ \"$lr\" = '" + best_lr + "' ]; then\n" + printer(to) + "else\n" + printer(to + 0.5) + "fi\n";
+  }
   write(p, text);
   fs::permissions(p, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec, fs::perm_options::replace);
 }
@@ -580,6 +702,54 @@ TEST_CASE("ablate: a report on another variant set is named by it and never repl
   REQUIRE(fs::exists(out / "results-ngpt.md"));
   CHECK(slurp(out / "results-ngpt.md").find("ngpt (baseline)") != std::string::npos);
   CHECK(fs::exists(out / "loss-ngpt.gp"));
+}
+
+TEST_CASE("ablate: --lr-grid sweeps every variant, trains each at its best rate, times them interleaved",
+          "[ablate][cli]") {
+  CliStudy st({});
+  const fs::path &bin = st.bin, &out = st.out, &log = st.log;
+  fake_trainer(bin, "gpt", 2.0, 0, "0.003", 0.2);
+  fake_trainer(bin, "ngpt", 1.0, 0, "0.01", 0.15);
+  const std::string args = "--variants gpt,ngpt --seeds 1,2 --lr-grid 1e-2,3e-3 --timing-rounds 2" + st.dirs() +
+                           " -- --steps 100";
+  const int rc = run_ablate(args, log);
+  const std::string text = slurp(log);
+  INFO(text);
+  REQUIRE(rc == 0);
+  // Sweep: 25 steps (a quarter of --steps), first seed, every rate.
+  const std::string sweep_args = slurp(out / "sweep" / "ngpt" / "lr0.003" / "args.txt");
+  CHECK(sweep_args == "--seed\n1\n--out\n" + (out / "sweep" / "ngpt" / "lr0.003").string() +
+                          "\n--steps\n100\n--steps\n25\n--lr\n0.003\n");
+  CHECK(text.find("sweep: gpt trains at lr 0.003") != std::string::npos);
+  CHECK(text.find("sweep: ngpt trains at lr 0.01") != std::string::npos);
+  // Full runs at the chosen rate, every seed.
+  CHECK(slurp(out / "gpt" / "seed2" / "args.txt").find("--lr\n0.003\n") != std::string::npos);
+  CHECK(slurp(out / "ngpt" / "seed1" / "args.txt").find("--lr\n0.01\n") != std::string::npos);
+  const std::string md = slurp(out / "results.md");
+  CHECK(md.find("## Learning-rate sweep") != std::string::npos);
+  CHECK(row_of(md.substr(md.find("## Learning-rate sweep")), "gpt") == "| gpt | **2.0000** | 2.5000 | 0.003 |");
+  // Time to target from the interleaved step times (2 rounds), and the report says so.
+  REQUIRE(fs::exists(out / "timing.json"));
+  CHECK(md.find("interleaved benchmark (2 rounds") != std::string::npos);
+  CHECK(md.find("gpt 200.0 ms, ngpt 150.0 ms per step") != std::string::npos);
+  CHECK(row_of(md, "gpt (baseline)").find("| 100000 ± 0 | 1.00 | 20.0 ± 0.0 | 1.00 |") != std::string::npos);
+  // ngpt (4 → 1 over 100k tokens) reaches 2.0 at 66667 tokens = 66.7 steps × 0.15 s = 10 s; gpt 100 × 0.2 s.
+  CHECK(row_of(md, "ngpt").find("| 66667 ± 0 | 1.50 | 10.0 ± 0.0 | 2.00 |") != std::string::npos);
+
+  // The study resumes as itself only: another grid into the same OUT is refused; a rerun skips everything.
+  CHECK(run_ablate("--variants gpt,ngpt --seeds 1,2 --lr-grid 1e-2" + st.dirs() + " -- --steps 100", log) == 2);
+  CHECK(slurp(log).find("another learning-rate sweep") != std::string::npos);
+  REQUIRE(run_ablate(args, log) == 0);
+  CHECK(slurp(log).find("fake train-") == std::string::npos);
+  // --report-only re-makes the sweep table and the interleaved times from OUT.
+  REQUIRE(run_ablate("--report-only --out '" + out.string() + "'", log, "PATH=/nonexistent") == 0);
+  const std::string md2 = slurp(out / "results.md");
+  CHECK(md2.find("## Learning-rate sweep") != std::string::npos);
+  CHECK(md2.find("gpt 200.0 ms, ngpt 150.0 ms per step") != std::string::npos);
+  // --lr with --lr-grid contradicts it.
+  CHECK(run_ablate("--variants gpt --seeds 1 --lr-grid 1e-2 --out '" + (st.tmp.path / "o2").string() +
+                       "' --bin-dir '" + bin.string() + "' -- --lr 0.1", log) == 2);
+  CHECK(slurp(log).find("do not also pass --lr") != std::string::npos);
 }
 
 TEST_CASE("ablate: usage mistakes get a sentence that says what to do", "[ablate][cli]") {

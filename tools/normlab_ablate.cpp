@@ -8,7 +8,9 @@
 // Exit codes: 0 success, 1 a trainer or gnuplot failed / a run's files are
 // unreadable, 2 bad input (flags, missing trainer executables).
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -17,6 +19,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -193,10 +196,79 @@ V record_field(const nlohmann::json& record, const fs::path& out, const char* ke
 }
 
 struct Options {
-  std::string variants_s, seeds_s, out, bin_dir;
+  std::string variants_s, seeds_s, out, bin_dir, lr_grid_s;
+  std::int64_t sweep_steps = 0;    // 0: a quarter of the study's --steps
+  std::int64_t timing_rounds = 3;  // 0: time to target from the runs' wall clock
+  std::int64_t timing_steps = 5;
   bool dry_run = false, report_only = false;
   std::vector<std::string> pass;
 };
+
+std::vector<double> parse_lr_grid(const std::string& s) {
+  std::vector<double> out;
+  for (const auto& tok : split_list(s)) {
+    std::size_t pos = 0;
+    double v = 0;
+    try {
+      v = std::stod(tok, &pos);
+    } catch (const std::exception&) {
+      pos = 0;
+    }
+    if (pos != tok.size() || pos == 0 || !std::isfinite(v) || !(v > 0))
+      throw UsageError("--lr-grid: \"" + tok + "\" is not a positive learning rate");
+    if (std::find(out.begin(), out.end(), v) != out.end()) throw UsageError("--lr-grid: " + tok + " is given twice");
+    out.push_back(v);
+  }
+  if (out.empty()) throw UsageError("--lr-grid is empty");
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// The value of a pass-through flag ("--steps 300" or "--steps=300"), last one winning as in the trainers.
+std::optional<std::string> pass_value(const std::vector<std::string>& pass, const std::string& flag) {
+  std::optional<std::string> v;
+  for (std::size_t i = 0; i < pass.size(); ++i) {
+    if (pass[i] == flag && i + 1 < pass.size()) v = pass[i + 1];
+    else if (pass[i].rfind(flag + "=", 0) == 0) v = pass[i].substr(flag.size() + 1);
+  }
+  return v;
+}
+
+std::string lr_name(double lr) {
+  char b[64];
+  std::snprintf(b, sizeof b, "%g", lr);
+  return b;
+}
+fs::path sweep_dir(const fs::path& out, const std::string& variant, double lr) {
+  return out / "sweep" / variant / ("lr" + lr_name(lr));
+}
+
+// The sweep's runs as they stand in OUT (summary.json of each), for selection and the report.
+std::vector<ab::SweepRun> read_sweep(const fs::path& out, const std::vector<std::string>& variants,
+                                     const std::vector<double>& grid) {
+  std::vector<ab::SweepRun> runs;
+  for (const auto& v : variants)
+    for (double g : grid) {
+      const fs::path dir = sweep_dir(out, v, g);
+      if (!fs::exists(dir / "summary.json")) continue;
+      runs.push_back({v, g, ab::read_summary(dir / "summary.json").final_val_loss});
+    }
+  return runs;
+}
+
+// OUT/timing.json: the interleaved step times, {"method": ..., "step_s": {variant: s}}.
+void read_timing(const fs::path& out, ab::ReportInfo& info) {
+  const fs::path p = out / "timing.json";
+  if (!fs::exists(p)) return;
+  try {
+    std::ifstream f(p);
+    const nlohmann::json j = nlohmann::json::parse(f);
+    info.step_s_method = j.at("method").get<std::string>();
+    info.step_s = j.at("step_s").get<std::map<std::string, double>>();
+  } catch (const nlohmann::json::exception& e) {
+    throw normlab::Error(p.string() + ": " + e.what());
+  }
+}
 
 int run(int argc, char** argv) {
   // Everything after the first "--" goes to the trainers untouched.
@@ -224,6 +296,17 @@ int run(int argc, char** argv) {
   app.add_option("--seeds", o.seeds_s, "REQUIRED (but with --report-only): comma-separated seeds, e.g. 1,2,3");
   app.add_option("--out", o.out, "output directory; runs go to OUT/<variant>/seed<S>")->required();
   app.add_option("--bin-dir", o.bin_dir, "where the train-<variant> executables are (default: this tool's directory)");
+  app.add_option("--lr-grid", o.lr_grid_s,
+                 "sweep these peak learning rates first (e.g. 1e-3,3e-3,1e-2,3e-2): every variant for --sweep-steps "
+                 "at each, on the first seed; each variant's full runs then use the rate with the lowest final val loss");
+  app.add_option("--sweep-steps", o.sweep_steps, "steps of each sweep run (default: a quarter of the study's --steps)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--timing-rounds", o.timing_rounds,
+                 "after the runs, time every variant's step in turn this many rounds (train-<variant> --time-steps) "
+                 "for time to target; 0: use each run's wall clock instead")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--timing-steps", o.timing_steps, "timed steps per variant and round")
+      ->capture_default_str()->check(CLI::PositiveNumber);
   app.add_flag("--dry-run", o.dry_run,
                "print the commands that would run and let each trainer check its flags (--dry-run), train nothing");
   app.add_flag("--report-only", o.report_only,
@@ -282,6 +365,13 @@ int run(int argc, char** argv) {
     if (variants.empty() || seeds.empty())
       throw UsageError("--report-only: found no runs (OUT/<variant>/seed<S>/summary.json) in " + out.string());
     info.note = (info.note.empty() ? "" : info.note + "; ") + "report re-made with: " + command_line;
+    if (record && record->contains("lr_grid") && !record->at("lr_grid").is_null()) {
+      const auto grid = record_field<std::vector<double>>(*record, out, "lr_grid");
+      const auto runs = read_sweep(out, variants, grid);
+      info.sweep_md = ab::sweep_markdown(variants, grid, runs, ab::choose_learning_rates(variants, runs),
+                                         record_field<std::int64_t>(*record, out, "sweep_steps"), seeds.front());
+    }
+    read_timing(out, info);
   } else {
     if (variants.empty()) throw UsageError("--variants is required (e.g. --variants gpt,ngpt)");
     if (seeds.empty()) throw UsageError("--seeds is required (e.g. --seeds 1,2)");
@@ -292,6 +382,25 @@ int run(int argc, char** argv) {
           throw UsageError("pass-through flag " + p + " is set per run by normlab-ablate" +
                            (f == "--seed" ? "; use --seeds" : "; use --out"));
       }
+    }
+    std::vector<double> grid;
+    if (!o.lr_grid_s.empty()) {
+      grid = parse_lr_grid(o.lr_grid_s);
+      if (pass_value(o.pass, "--lr"))
+        throw UsageError("--lr-grid chooses each variant's --lr: do not also pass --lr to the trainers");
+      if (o.sweep_steps == 0) {
+        std::int64_t steps = 300;  // the trainers' default
+        if (const auto v = pass_value(o.pass, "--steps")) {
+          try {
+            steps = std::stoll(*v);
+          } catch (const std::exception&) {
+            throw UsageError("pass-through --steps " + *v + " is not an integer");
+          }
+        }
+        o.sweep_steps = std::max<std::int64_t>(1, steps / 4);
+      }
+    } else if (o.sweep_steps != 0) {
+      throw UsageError("--sweep-steps needs --lr-grid");
     }
     fs::path bin = o.bin_dir;
     if (bin.empty()) {
@@ -322,7 +431,6 @@ int run(int argc, char** argv) {
       throw UsageError(msg);
     }
 
-    const std::size_t total = variants.size() * seeds.size();
     // A study is resumable: a rerun skips finished runs and resumes interrupted
     // ones, so it must be the same study (same trainer flags).
     if (record) {
@@ -331,6 +439,14 @@ int run(int argc, char** argv) {
         throw UsageError(out.string() + " holds a study run with other trainer flags (" + join_quoted(before) +
                          "; now " + join_quoted(o.pass) + "): its finished runs would be mixed with new ones. "
                          "Use another --out, or remove " + out.string());
+      const nlohmann::json before_grid = record->contains("lr_grid") ? record->at("lr_grid") : nlohmann::json();
+      const nlohmann::json now_grid = grid.empty() ? nlohmann::json() : nlohmann::json(grid);
+      const nlohmann::json before_steps = record->contains("sweep_steps") ? record->at("sweep_steps") : nlohmann::json();
+      const nlohmann::json now_steps = grid.empty() ? nlohmann::json() : nlohmann::json(o.sweep_steps);
+      if (before_grid != now_grid || before_steps != now_steps)
+        throw UsageError(out.string() + " holds a study with another learning-rate sweep (--lr-grid " +
+                         before_grid.dump() + ", --sweep-steps " + before_steps.dump() + "; now " + now_grid.dump() +
+                         ", " + now_steps.dump() + "). Use another --out, or remove " + out.string());
     }
     if (!o.dry_run) {
       fs::create_directories(out);
@@ -338,41 +454,112 @@ int run(int argc, char** argv) {
                             {"config", info.config},      {"variants", variants},
                             {"seeds", seeds},             {"bin_dir", fs::absolute(bin).string()},
                             {"pass_through", o.pass}};
+      if (!grid.empty()) {
+        rec["lr_grid"] = grid;
+        rec["sweep_steps"] = o.sweep_steps;
+      }
       write_file(out / "ablation.json", rec.dump(2) + "\n");
     }
+    // One trainer run into `dir` (skipped when finished, resumed when interrupted);
+    // `extra` comes after the pass-through flags, so it overrides them.
+    const std::size_t total = variants.size() * (seeds.size() + grid.size());
     std::size_t k = 0;
-    for (const auto& v : variants) {
-      for (const auto s : seeds) {
-        ++k;
-        const fs::path exe = bin / ("train-" + v);
-        const fs::path dir = run_dir(out, v, s);
-        std::vector<std::string> args{"--seed", std::to_string(s), "--out", dir.string()};
-        args.insert(args.end(), o.pass.begin(), o.pass.end());
-        if (fs::exists(dir / "summary.json")) {
-          std::printf("[normlab-ablate] run %zu/%zu: %s seed %lld finished earlier (%s): skipped\n", k, total,
-                      v.c_str(), (long long)s, (dir / "summary.json").c_str());
-          continue;
+    auto run_one = [&](const std::string& v, std::int64_t s, const fs::path& dir,
+                       const std::vector<std::string>& extra, const std::string& what) {
+      ++k;
+      const fs::path exe = bin / ("train-" + v);
+      std::vector<std::string> args{"--seed", std::to_string(s), "--out", dir.string()};
+      args.insert(args.end(), o.pass.begin(), o.pass.end());
+      args.insert(args.end(), extra.begin(), extra.end());
+      if (fs::exists(dir / "summary.json")) {
+        std::printf("[normlab-ablate] run %zu/%zu: %s %s finished earlier (%s): skipped\n", k, total, v.c_str(),
+                    what.c_str(), (dir / "summary.json").c_str());
+        return;
+      }
+      const bool resuming = fs::exists(dir / "ckpt.safetensors");
+      if (resuming) args.push_back("--resume");  // interrupted: continue from its checkpoint
+      std::printf("[normlab-ablate] run %zu/%zu%s: %s %s\n", k, total, resuming ? " (resuming)" : "",
+                  shell_quote(exe.string()).c_str(), join_quoted(args).c_str());
+      std::fflush(stdout);
+      if (o.dry_run) {
+        // The trainer checks its flags and plans its memory without training.
+        std::vector<std::string> dry = args;
+        dry.push_back("--dry-run");
+        if (const int rc = run_child(exe, dry); rc != 0)
+          throw UsageError("train-" + v + " refuses these flags (exit " + std::to_string(rc) + ", above)");
+        return;
+      }
+      fs::create_directories(dir);
+      const int rc = run_child(exe, args);
+      if (rc != 0)
+        throw normlab::Error("train-" + v + " (" + what + ") " + describe_status(rc) + "; stopping the ablation (" +
+                             std::to_string(k - 1) + "/" + std::to_string(total) +
+                             " runs finished). Its output is above; its run directory is " + dir.string());
+    };
+
+    // 1. The learning-rate sweep (first seed), and each variant's choice.
+    std::map<std::string, double> chosen_lr;
+    if (!grid.empty()) {
+      for (const auto& v : variants)
+        for (double g : grid)
+          run_one(v, seeds.front(), sweep_dir(out, v, g),
+                  {"--steps", std::to_string(o.sweep_steps), "--lr", lr_name(g)},
+                  "lr " + lr_name(g) + " (sweep, " + std::to_string(o.sweep_steps) + " steps)");
+      if (!o.dry_run) {
+        const auto runs = read_sweep(out, variants, grid);
+        const auto choices = ab::choose_learning_rates(variants, runs);
+        nlohmann::json chosen = nlohmann::json::object();
+        for (const auto& c : choices) {
+          chosen_lr[c.variant] = c.lr;
+          chosen[c.variant] = c.lr;
+          std::printf("[normlab-ablate] sweep: %s trains at lr %g (final val loss %.4f after %lld steps)\n",
+                      c.variant.c_str(), c.lr, c.final_val_loss, (long long)o.sweep_steps);
         }
-        const bool resuming = fs::exists(dir / "ckpt.safetensors");
-        if (resuming) args.push_back("--resume");  // interrupted: continue from its checkpoint
-        std::printf("[normlab-ablate] run %zu/%zu%s: %s %s\n", k, total, resuming ? " (resuming)" : "",
-                    shell_quote(exe.string()).c_str(), join_quoted(args).c_str());
-        if (o.dry_run) {
-          // The trainer checks its flags and plans its memory without training.
-          std::vector<std::string> dry = args;
-          dry.push_back("--dry-run");
-          if (const int rc = run_child(exe, dry); rc != 0)
-            throw UsageError("train-" + v + " refuses these flags (exit " + std::to_string(rc) + ", above)");
-          continue;
-        }
-        fs::create_directories(dir);
-        const int rc = run_child(exe, args);
-        if (rc != 0)
-          throw normlab::Error("train-" + v + " (seed " + std::to_string(s) + ") " + describe_status(rc) +
-                               "; stopping the ablation (" + std::to_string(k - 1) + "/" + std::to_string(total) +
-                               " runs finished). Its output is above; its run directory is " + dir.string());
+        write_file(out / "sweep.json", chosen.dump(2) + "\n");
+        info.sweep_md = ab::sweep_markdown(variants, grid, runs, choices, o.sweep_steps, seeds.front());
       }
     }
+    // 2. The full runs, every seed, at the chosen rates.
+    for (const auto& v : variants) {
+      std::vector<std::string> extra;
+      if (chosen_lr.count(v)) extra = {"--lr", lr_name(chosen_lr.at(v))};
+      for (const auto s : seeds) run_one(v, s, run_dir(out, v, s), extra, "seed " + std::to_string(s));
+    }
+    // 3. Step times measured interleaved: each round times every variant in turn.
+    if (!o.dry_run && o.timing_rounds > 0) {
+      std::map<std::string, std::vector<double>> times;
+      for (std::int64_t r = 1; r <= o.timing_rounds; ++r)
+        for (const auto& v : variants) {
+          const fs::path dir = out / "timing" / v / ("round" + std::to_string(r));
+          std::vector<std::string> args{"--seed", std::to_string(seeds.front()), "--out", dir.string()};
+          args.insert(args.end(), o.pass.begin(), o.pass.end());
+          if (chosen_lr.count(v)) args.insert(args.end(), {"--lr", lr_name(chosen_lr.at(v))});
+          args.insert(args.end(), {"--time-steps", std::to_string(o.timing_steps), "--quiet"});
+          if (const int rc = run_child(bin / ("train-" + v), args); rc != 0)
+            throw normlab::Error("train-" + v + " --time-steps " + describe_status(rc) + " (timing round " +
+                                 std::to_string(r) + ")");
+          const fs::path f = dir / "step_time.json";
+          try {
+            std::ifstream in(f);
+            times[v].push_back(nlohmann::json::parse(in).at("step_time_s").get<double>());
+          } catch (const nlohmann::json::exception& e) {
+            throw normlab::Error(f.string() + ": " + e.what());
+          }
+        }
+      nlohmann::json step_s = nlohmann::json::object();
+      for (auto& [v, ts] : times) {
+        std::sort(ts.begin(), ts.end());
+        const std::size_t n = ts.size();
+        step_s[v] = n % 2 ? ts[n / 2] : 0.5 * (ts[n / 2 - 1] + ts[n / 2]);
+      }
+      const std::string method = std::to_string(o.timing_rounds) + " rounds, each timing every variant in turn for " +
+                                 std::to_string(o.timing_steps) +
+                                 " steps after 2 warm-up steps at the study's flags (train-<variant> --time-steps); "
+                                 "median over rounds of each round's median step";
+      write_file(out / "timing.json", nlohmann::json{{"method", method}, {"step_s", step_s}}.dump(2) + "\n");
+      std::printf("[normlab-ablate] step times measured interleaved (%s)\n", method.c_str());
+    }
+    if (!o.dry_run) read_timing(out, info);
     if (o.dry_run) {
       std::printf("[normlab-ablate] dry run: nothing was run\n");
       return 0;

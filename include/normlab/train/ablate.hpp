@@ -33,6 +33,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -236,6 +237,112 @@ inline ReachStats aggregate_reach(const std::vector<std::optional<double>>& xs) 
   return r;
 }
 
+// Two-sided 95% quantile of Student's t with df degrees of freedom (df >= 1):
+// exact table to 30, then the Cornish–Fisher expansion (error < 1e-4 there).
+inline double t_quantile_975(std::size_t df) {
+  static constexpr double table[31] = {detail::nan, 12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306,
+                                       2.262,       2.228,  2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110,
+                                       2.101,       2.093,  2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
+                                       2.052,       2.048,  2.045, 2.042};
+  if (df == 0) return detail::nan;
+  if (df <= 30) return table[df];
+  const double z = 1.959963984540054, n = double(df);
+  return z + (z * z * z + z) / (4 * n) + (5 * std::pow(z, 5) + 16 * z * z * z + 3 * z) / (96 * n * n);
+}
+
+// The 95% confidence interval of a mean over seeds, mean ± t(n−1)·sd/√n
+// (seeds as independent draws; normal approximation of the per-seed values).
+// Absent (NaN bounds) for fewer than two values.
+struct Interval {
+  double lo = detail::nan, hi = detail::nan;
+  bool valid() const { return std::isfinite(lo) && std::isfinite(hi); }
+};
+inline Interval ci95(const Stats& s) {
+  Interval iv;
+  if (s.n < 2 || !std::isfinite(s.sd)) return iv;
+  const double h = t_quantile_975(s.n - 1) * s.sd / std::sqrt(double(s.n));
+  iv.lo = s.mean - h;
+  iv.hi = s.mean + h;
+  return iv;
+}
+
+// ------------------------------------------------------------------ the learning-rate sweep
+// One short run of the sweep: a variant at one learning rate (one seed).
+struct SweepRun {
+  std::string variant;
+  double lr = 0;
+  std::optional<double> final_val_loss;  // absent or NaN: diverged or never evaluated
+};
+struct SweepChoice {
+  std::string variant;
+  double lr = 0;
+  double final_val_loss = detail::nan;
+};
+
+// Each variant's learning rate: the one with the lowest final validation loss
+// in the sweep (ties: the smaller rate). A run whose loss is absent or not
+// finite counts as diverged and is never chosen; a variant with no finite run,
+// or none at all, is an error naming it.
+inline std::vector<SweepChoice> choose_learning_rates(const std::vector<std::string>& variants,
+                                                     const std::vector<SweepRun>& runs) {
+  std::vector<SweepChoice> out;
+  for (const auto& v : variants) {
+    SweepChoice best{v, 0, detail::nan};
+    bool any = false, found = false;
+    for (const auto& r : runs) {
+      if (r.variant != v) continue;
+      any = true;
+      if (!r.final_val_loss || !std::isfinite(*r.final_val_loss)) continue;
+      const double l = *r.final_val_loss;
+      if (!found || l < best.final_val_loss || (l == best.final_val_loss && r.lr < best.lr)) {
+        best.lr = r.lr;
+        best.final_val_loss = l;
+        found = true;
+      }
+    }
+    if (!any) throw Error("lr sweep: no sweep run of variant \"" + v + "\"");
+    if (!found)
+      throw Error("lr sweep: every learning rate of variant \"" + v +
+                  "\" diverged (no finite final validation loss); widen --lr-grid towards smaller rates");
+    out.push_back(best);
+  }
+  return out;
+}
+
+// The sweep as a markdown table: one row per variant, one column per rate,
+// the chosen rate's loss in bold, "diverged" where a run has no finite loss.
+inline std::string sweep_markdown(const std::vector<std::string>& variants, const std::vector<double>& grid,
+                                  const std::vector<SweepRun>& runs, const std::vector<SweepChoice>& chosen,
+                                  std::int64_t sweep_steps, std::int64_t seed) {
+  std::ostringstream os;
+  os << "Each variant trained for " << sweep_steps << " steps (seed " << seed
+     << ") at every rate of the grid, with the study's other flags; the rate with the lowest final validation loss "
+        "(bold) is the one its full runs use (ties: the smaller rate).\n\n";
+  os << "| variant |";
+  for (double g : grid) os << " lr " << detail::fmt("%g", g) << " |";
+  os << " chosen lr |\n|---|";
+  for (std::size_t i = 0; i < grid.size(); ++i) os << "---|";
+  os << "---|\n";
+  for (const auto& v : variants) {
+    const SweepChoice* c = nullptr;
+    for (const auto& x : chosen)
+      if (x.variant == v) c = &x;
+    os << "| " << detail::md_cell(v) << " |";
+    for (double g : grid) {
+      const SweepRun* r = nullptr;
+      for (const auto& x : runs)
+        if (x.variant == v && x.lr == g) r = &x;
+      std::string cell = "not run";
+      if (r) cell = (r->final_val_loss && std::isfinite(*r->final_val_loss)) ? detail::fmt("%.4f", *r->final_val_loss)
+                                                                              : "diverged";
+      if (r && c && c->lr == g) cell = "**" + cell + "**";
+      os << " " << cell << " |";
+    }
+    os << " " << (c ? detail::fmt("%g", c->lr) : std::string("n/a")) << " |\n";
+  }
+  return os.str();
+}
+
 // summary.json of one run. Required: variant, seed, steps, tokens,
 // mean_step_time_s, total_time_s. Optional (absent or null): final_val_loss,
 // params, entropy_floor_nats, data.
@@ -328,6 +435,19 @@ struct VariantRuns {
   std::vector<Run> runs;
 };
 
+namespace detail {
+// Seconds a run needs to reach the target: from the variant's interleaved step
+// time when `step_s` has it (tokens to target ÷ tokens per step × step time),
+// else the run's own elapsed_s column.
+inline std::optional<double> seconds_to_target(const Run& r, double target, const std::map<std::string, double>& step_s) {
+  const auto it = step_s.find(r.variant);
+  if (it == step_s.end()) return seconds_to_reach(r.curve, target);
+  const auto toks = tokens_to_reach(r.curve, target);
+  if (!toks || r.summary.steps <= 0 || !(r.summary.tokens > 0)) return std::nullopt;
+  return *toks / (r.summary.tokens / double(r.summary.steps)) * it->second;
+}
+}  // namespace detail
+
 // One table row.
 struct VariantRow {
   std::string variant;
@@ -349,8 +469,11 @@ struct Analysis {
 };
 
 // Runs the measurements described at the top of this file. Throws if the input
-// is empty or a variant has no runs.
-inline Analysis analyze(const std::vector<VariantRuns>& variants) {
+// is empty or a variant has no runs. With `step_s` (seconds per optimizer step
+// of a variant, measured interleaved across the variants in one benchmark),
+// a run's seconds to target are its tokens to target ÷ its tokens per step ×
+// that step time, for every variant it names, instead of the run's wall clock.
+inline Analysis analyze(const std::vector<VariantRuns>& variants, const std::map<std::string, double>& step_s = {}) {
   if (variants.empty()) throw Error("ablate: no variants to analyze");
   for (const auto& v : variants)
     if (v.runs.empty()) throw Error("ablate: variant \"" + v.variant + "\" has no runs");
@@ -369,7 +492,7 @@ inline Analysis analyze(const std::vector<VariantRuns>& variants) {
     a.target_loss = mean_sd(finals).mean;
     for (const auto& r : base->runs) {
       if (const auto t = tokens_to_reach(r.curve, a.target_loss)) toks.push_back(*t);
-      if (const auto t = seconds_to_reach(r.curve, a.target_loss)) secs.push_back(*t);
+      if (const auto t = detail::seconds_to_target(r, a.target_loss, step_s)) secs.push_back(*t);
     }
     if (!toks.empty()) a.ref_tokens = mean_sd(toks).mean;
     if (!secs.empty()) a.ref_seconds = mean_sd(secs).mean;
@@ -385,7 +508,7 @@ inline Analysis analyze(const std::vector<VariantRuns>& variants) {
       step_ms.push_back(r.summary.mean_step_time_s * 1000.0);
       tps.push_back(r.tokens_per_s());
       toks.push_back(tokens_to_reach(r.curve, a.target_loss));
-      secs.push_back(seconds_to_reach(r.curve, a.target_loss));
+      secs.push_back(detail::seconds_to_target(r, a.target_loss, step_s));
     }
     row.final_val_loss = mean_sd(finals);
     row.step_time_ms = mean_sd(step_ms);
@@ -419,6 +542,11 @@ struct ReportInfo {
   std::vector<std::int64_t> seeds;
   std::optional<double> entropy_floor_nats;
   std::string note;          // free text line, e.g. "report regenerated by ..."
+  // Interleaved step times (seconds per step, per variant) and how they were
+  // measured; empty: time to target is each run's wall clock.
+  std::map<std::string, double> step_s;
+  std::string step_s_method;
+  std::string sweep_md;      // the learning-rate sweep's table (sweep_markdown), if the study ran one
 };
 
 namespace detail {
@@ -463,7 +591,7 @@ inline void fill_info(ReportInfo& info, const std::vector<VariantRuns>& variants
 // The ablation report: header lines, then one table row per variant. See the top
 // of this file for the definitions; the header lines restate them.
 inline std::string results_markdown(const std::vector<VariantRuns>& variants, ReportInfo info) {
-  const Analysis a = analyze(variants);
+  const Analysis a = analyze(variants, info.step_s);
   detail::fill_info(info, variants);
   std::ostringstream os;
   os << "# normlab ablation\n\n";
@@ -494,9 +622,22 @@ inline std::string results_markdown(const std::vector<VariantRuns>& variants, Re
   else
     os << "undefined: no baseline seed reaches the target";
   os << ").\n";
-  os << "- Time to target is elapsed training time from each run's metrics.jsonl (evaluation included; carried "
-        "across interruptions by --resume), measured while the runs ran one after another: a wall-clock "
-        "comparison on a shared machine, not an interleaved benchmark.\n";
+  if (info.step_s.empty()) {
+    os << "- Time to target is elapsed training time from each run's metrics.jsonl (evaluation included; carried "
+          "across interruptions by --resume), measured while the runs ran one after another: a wall-clock "
+          "comparison on a shared machine, not an interleaved benchmark.\n";
+  } else {
+    os << "- Time to target = tokens to target ÷ tokens per step × the variant's step time from an interleaved "
+          "benchmark (" << info.step_s_method << "): ";
+    bool first = true;
+    for (const auto& v : variants)
+      if (const auto it = info.step_s.find(v.variant); it != info.step_s.end()) {
+        os << (first ? "" : ", ") << detail::md_cell(v.variant) << " " << detail::fmt("%.1f", it->second * 1000) << " ms";
+        first = false;
+      }
+    os << " per step; evaluation excluded. Not the runs' wall clock, which ran at different moments. The step time "
+          "column is each run's own mean.\n";
+  }
   // Each variant's learning rate(s), as its runs' summaries record them.
   {
     std::string lrs;
@@ -550,6 +691,24 @@ inline std::string results_markdown(const std::vector<VariantRuns>& variants, Re
            << " baseline seeds end above the baseline's mean final val loss and so never reach it; the "
               "reference is the mean over the seeds that do.\n";
   }
+  os << "\n## Spread over seeds\n\n"
+        "95% intervals of the mean over seeds: mean ± t(n−1)·sd/√n (n ≥ 2 seeds). Tokens to target are over the "
+        "seeds that reach it.\n\n"
+        "| variant | seeds | final val loss | 95% interval | reached target | tokens to target | 95% interval |\n"
+        "|---|---|---|---|---|---|---|\n";
+  const auto interval = [](const Stats& st, const char* f) {
+    const Interval iv = ci95(st);
+    return iv.valid() ? "[" + detail::fmt(f, iv.lo) + ", " + detail::fmt(f, iv.hi) + "]" : std::string("n/a (n < 2)");
+  };
+  for (const auto& r : a.rows) {
+    const bool target = std::isfinite(a.target_loss);
+    os << "| " << detail::md_cell(r.variant) << " | " << r.n << " | " << detail::pm(r.final_val_loss, "%.4f") << " | "
+       << interval(r.final_val_loss, "%.4f") << " | "
+       << (target ? std::to_string(r.tokens_to_target.reached) + "/" + std::to_string(r.tokens_to_target.n) : "n/a")
+       << " | " << (target && r.tokens_to_target.reached > 0 ? detail::pm(r.tokens_to_target.stats, "%.0f") : "n/a")
+       << " | " << (target ? interval(r.tokens_to_target.stats, "%.0f") : "n/a") << " |\n";
+  }
+  if (!info.sweep_md.empty()) os << "\n## Learning-rate sweep\n\n" << info.sweep_md;
   return os.str();
 }
 
@@ -565,7 +724,8 @@ inline std::string gp_quote(const std::string& s) {
 }  // namespace detail
 
 // A self-contained gnuplot script (data inline) that draws val loss vs tokens,
-// one line per variant x seed (colour = variant, dash = seed), the target as a
+// one thin line per variant x seed (colour = variant, dash = seed) and, for a
+// variant with several seeds, their mean as a thick line; the target as a
 // dashed horizontal line and the entropy floor (when known) as a dotted one. It
 // writes png_name and svg_name relative to the directory gnuplot runs in.
 inline std::string loss_plot_script(const std::vector<VariantRuns>& variants, const Analysis& a,
@@ -593,8 +753,36 @@ inline std::string loss_plot_script(const std::vector<VariantRuns>& variants, co
       os << "EOD\n";
       if (points == 0) continue;  // gnuplot errors on an empty datablock
       plots.push_back(name + " using 1:2 with linespoints lc " + std::to_string(vi + 1) + " dt " +
-                      std::to_string(si % 5 + 1) + " pt 7 ps 0.5 title " +
+                      std::to_string(si % 5 + 1) + " lw 1 pt 7 ps 0.4 title " +
                       detail::gp_quote(v.variant + " seed " + std::to_string(r.seed)));
+    }
+    // With several seeds, their mean as a thick line: at each eval point every
+    // seed has (same tokens, finite loss); points where one lacks it are left out.
+    if (v.runs.size() >= 2) {
+      const std::string name = "$mean" + std::to_string(vi);
+      os << name << " << EOD\n";
+      std::size_t points = 0;
+      const Curve& c0 = v.runs.front().curve;
+      for (std::size_t i = 0; i < c0.size(); ++i) {
+        double sum = 0;
+        bool all = std::isfinite(c0.tokens[i]);
+        for (const auto& r : v.runs) {
+          if (i >= r.curve.size() || r.curve.tokens[i] != c0.tokens[i] || !std::isfinite(r.curve.val_loss[i])) {
+            all = false;
+            break;
+          }
+          sum += r.curve.val_loss[i];
+        }
+        if (!all) continue;
+        char buf[96];
+        std::snprintf(buf, sizeof buf, "%.12g %.17g\n", c0.tokens[i] / 1e6, sum / double(v.runs.size()));
+        os << buf;
+        ++points;
+      }
+      os << "EOD\n";
+      if (points > 0)
+        plots.push_back(name + " using 1:2 with lines lc " + std::to_string(vi + 1) + " dt 1 lw 3 title " +
+                        detail::gp_quote(v.variant + " mean of " + std::to_string(v.runs.size()) + " seeds"));
     }
   }
   if (std::isfinite(a.target_loss))

@@ -63,6 +63,7 @@ struct TrainOptions {
   std::int64_t stop_at = 0;          // stop after this many steps, as if interrupted
   std::string on_nonfinite = "stop"; // stop | skip
   std::int64_t fault_nan_at = 0;     // testing: poison a gradient at this step (1-based)
+  std::int64_t time_steps = 0;       // benchmark mode: time this many steps, write OUT/step_time.json, train nothing else
   bool quiet = false;
   double max_memory = 0;             // bytes; 0: the machine's available memory
 };
@@ -221,6 +222,94 @@ RunMemory plan_run_memory(const ModelConfig& mc, const TrainOptions& o) {
   return m;
 }
 
+namespace detail {
+// Writes a small text file whole or not at all (temp file, then rename): a run
+// killed mid-write leaves no truncated summary.json that a study would take as
+// a finished run.
+inline void write_text_atomically(const std::filesystem::path& p, const std::string& text) {
+  const std::filesystem::path tmp = p.string() + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::trunc | std::ios::binary);
+    f << text;
+    f.flush();
+    if (!f) throw Error("cannot write " + tmp.string());
+  }
+  std::filesystem::rename(tmp, p);
+}
+
+// One step's gradients: o.accum micro-batches from the sampler, averaged; returns
+// the mean loss. `poison` puts a NaN into the first gradient (--fault-nan-at).
+template <class Model>
+double accumulate_gradients(Model& model, data::BatchSampler& sampler, const TrainOptions& o,
+                            std::vector<std::int64_t>& idx, std::vector<std::int64_t>& tgt, bool poison = false) {
+  double loss = 0;
+  for (std::int64_t m = 0; m < o.accum; ++m) {
+    sampler.next(idx.data(), tgt.data());
+    loss += model.forward(idx.data(), tgt.data(), o.batch, o.seq);
+    model.backward(m > 0);
+  }
+  loss /= double(o.accum);
+  if (poison) model.params().grads()[0] = std::numeric_limits<float>::quiet_NaN();
+  if (o.accum > 1)
+    for (float& g : model.params().grads()) g /= float(o.accum);
+  return loss;
+}
+}  // namespace detail
+
+// --time-steps N: the step time of this variant at this run's flags, for a
+// benchmark that interleaves variants (normlab-ablate's time to target). The
+// run's data, model and optimizer; two warm-up steps, then N timed optimizer
+// steps of the same work as training (o.accum micro-batches, clipping, AdamW,
+// constraint; no evaluation, no checkpoint); writes OUT/step_time.json
+// {"variant", "step_time_s": median, "steps", "tokens_per_step"} and nothing else.
+template <class Tag>
+int time_training(TrainOptions o) {
+  using Model = typename Tag::template model<float>;
+  namespace fs = std::filesystem;
+  if (o.out.empty()) throw Error("--time-steps needs --out (where step_time.json is written)");
+  if (o.lr == 0) o.lr = Tag::default_lr;
+  apply_variant_defaults<Model>(o);
+#ifdef _OPENMP
+  if (o.threads > 0) omp_set_num_threads(o.threads);
+#endif
+  const data::TokenData td = detail::load_training_data(o);
+  ModelConfig mc;
+  mc.vocab_size = td.vocab_size;
+  mc.n_embd = o.d;
+  mc.n_head = o.heads;
+  mc.n_layer = o.layers;
+  data::BatchSampler sampler(td.train, o.batch, o.seq, o.seed, "train");
+  plan_run_memory<Model>(mc, o);
+  std::vector<std::int64_t> idx(static_cast<std::size_t>(o.batch * o.seq)), tgt(idx.size());
+  Model model(mc, o.batch, o.seq);
+  AdamWConfig oc;
+  oc.weight_decay = o.weight_decay;
+  AdamW<float> opt(model.params(), oc);
+  model.init(o.seed);
+  std::vector<double> times;
+  for (std::int64_t i = 0; i < o.time_steps + 2; ++i) {
+    const auto ts = std::chrono::steady_clock::now();
+    detail::accumulate_gradients(model, sampler, o, idx, tgt);
+    clip_grad_norm(model.params(), o.grad_clip);
+    opt.step(model.params(), o.lr);
+    model.apply_constraint();
+    if (i >= 2) times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - ts).count());
+  }
+  std::sort(times.begin(), times.end());
+  const std::size_t n = times.size();
+  const double median = n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
+  fs::create_directories(o.out);
+  const nlohmann::json j = {{"variant", std::string(Tag::name)},
+                            {"step_time_s", median},
+                            {"steps", o.time_steps},
+                            {"tokens_per_step", o.batch * o.seq * o.accum}};
+  detail::write_text_atomically(fs::path(o.out) / "step_time.json", j.dump(2) + "\n");
+  if (!o.quiet)
+    std::printf("train-%s: median step %.2f ms over %lld timed steps (%s)\n", std::string(Tag::name).c_str(),
+                median * 1000, static_cast<long long>(o.time_steps), (fs::path(o.out) / "step_time.json").c_str());
+  return 0;
+}
+
 // Trains one variant. Returns the process exit code.
 template <class Tag>
 int run_training(TrainOptions o) {
@@ -365,16 +454,7 @@ int run_training(TrainOptions o) {
   for (std::int64_t step = start; step < o.steps; ++step) {
     const auto ts = clock::now();
     const double lr = sched.at(step);
-    double loss = 0;
-    for (std::int64_t m = 0; m < o.accum; ++m) {
-      sampler.next(idx.data(), tgt.data());
-      loss += model.forward(idx.data(), tgt.data(), o.batch, o.seq);
-      model.backward(m > 0);
-    }
-    loss /= double(o.accum);
-    if (o.fault_nan_at == step + 1) model.params().grads()[0] = std::numeric_limits<float>::quiet_NaN();
-    if (o.accum > 1)
-      for (float& g : model.params().grads()) g /= float(o.accum);
+    const double loss = detail::accumulate_gradients(model, sampler, o, idx, tgt, o.fault_nan_at == step + 1);
     const double gnorm = global_grad_norm(model.params());
     const std::int64_t done = step + 1;
     if (!std::isfinite(loss) || !std::isfinite(gnorm)) {
@@ -437,7 +517,7 @@ int run_training(TrainOptions o) {
                             {"data", td.description}};
   summary["entropy_floor_nats"] =
       std::isfinite(td.entropy_floor_nats) ? nlohmann::json(td.entropy_floor_nats) : nlohmann::json(nullptr);
-  std::ofstream(summary_path) << summary.dump(2) << '\n';
+  detail::write_text_atomically(summary_path, summary.dump(2) + "\n");
   if (!o.quiet)
     std::printf("done: %lld steps, final val loss %.4f, %.1f s; checkpoint %s\n", (long long)o.steps, last_val, total,
                 ckpt.c_str());
@@ -566,6 +646,10 @@ inline std::optional<int> parse_train_command(int argc, const char* const* argv,
   app.add_flag("--dry-run", cmd.dry_run,
                "check the flags and plan the memory (vocabulary 256 unless --vocab), then stop: nothing is read, "
                "fetched, trained or written");
+  app.add_option("--time-steps", o.time_steps,
+                 "benchmark: time this many optimizer steps (after 2 warm-up steps) at these flags, write "
+                 "OUT/step_time.json with the median, and train nothing else (normlab-ablate's interleaved timing)")
+      ->check(non_negative_integer());
   app.add_option("--fault-nan-at", o.fault_nan_at, "testing: inject a NaN into a gradient at this step")
       ->check(non_negative_integer())->group("Testing");
   auto* sample = app.add_option("--sample", so.ckpt, "generate text from this checkpoint instead of training");
@@ -611,6 +695,7 @@ int train_main(int argc, char** argv) {
                   std::string(Tag::name).c_str(), detail::gib(m.total()).c_str(), m.breakdown().c_str());
       return 0;
     }
+    if (o.time_steps > 0) return time_training<Tag>(o);
     return run_training<Tag>(o);
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "train-%s: out of memory (an allocation failed although the plan fitted; lower --batch, "
