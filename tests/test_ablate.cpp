@@ -750,6 +750,16 @@ TEST_CASE("ablate: --lr-grid sweeps every variant, trains each at its best rate,
   CHECK(run_ablate("--variants gpt --seeds 1 --lr-grid 1e-2 --out '" + (st.tmp.path / "o2").string() +
                        "' --bin-dir '" + bin.string() + "' -- --lr 0.1", log) == 2);
   CHECK(slurp(log).find("do not also pass --lr") != std::string::npos);
+  // --lrs: a rate per variant, no sweep (e.g. this study's choices at another context length).
+  const fs::path o3 = st.tmp.path / "o3";
+  REQUIRE(run_ablate("--variants gpt,ngpt --seeds 1 --lrs gpt=0.003,ngpt=0.01 --timing-rounds 0 --out '" +
+                         o3.string() + "' --bin-dir '" + bin.string() + "' -- --steps 100", log) == 0);
+  CHECK(slurp(o3 / "ngpt" / "seed1" / "args.txt").find("--lr\n0.01\n") != std::string::npos);
+  CHECK_FALSE(fs::exists(o3 / "sweep"));
+  CHECK(slurp(o3 / "results.md").find("measured while the runs ran one after another") != std::string::npos);
+  CHECK(run_ablate("--variants gpt,ngpt --seeds 1 --lrs gpt=0.003 --out '" + (st.tmp.path / "o4").string() +
+                       "' --bin-dir '" + bin.string() + "'", log) == 2);
+  CHECK(slurp(log).find("--lrs: no learning rate for ngpt") != std::string::npos);
 }
 
 TEST_CASE("ablate: usage mistakes get a sentence that says what to do", "[ablate][cli]") {

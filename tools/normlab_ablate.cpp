@@ -196,7 +196,7 @@ V record_field(const nlohmann::json& record, const fs::path& out, const char* ke
 }
 
 struct Options {
-  std::string variants_s, seeds_s, out, bin_dir, lr_grid_s;
+  std::string variants_s, seeds_s, out, bin_dir, lr_grid_s, lrs_s;
   std::int64_t sweep_steps = 0;    // 0: a quarter of the study's --steps
   std::int64_t timing_rounds = 3;  // 0: time to target from the runs' wall clock
   std::int64_t timing_steps = 5;
@@ -221,6 +221,31 @@ std::vector<double> parse_lr_grid(const std::string& s) {
   }
   if (out.empty()) throw UsageError("--lr-grid is empty");
   std::sort(out.begin(), out.end());
+  return out;
+}
+
+// --lrs gpt=3e-3,ngpt=1e-2: a learning rate per variant (e.g. another study's sweep.json choices).
+std::map<std::string, double> parse_lrs(const std::string& s, const std::vector<std::string>& variants) {
+  std::map<std::string, double> out;
+  for (const auto& tok : split_list(s)) {
+    const auto eq = tok.find('=');
+    if (eq == std::string::npos) throw UsageError("--lrs: \"" + tok + "\" is not VARIANT=LR");
+    const std::string v = tok.substr(0, eq), x = tok.substr(eq + 1);
+    if (std::find(variants.begin(), variants.end(), v) == variants.end())
+      throw UsageError("--lrs: \"" + v + "\" is not one of --variants");
+    std::size_t pos = 0;
+    double lr = 0;
+    try {
+      lr = std::stod(x, &pos);
+    } catch (const std::exception&) {
+      pos = 0;
+    }
+    if (pos != x.size() || pos == 0 || !std::isfinite(lr) || !(lr > 0))
+      throw UsageError("--lrs: \"" + x + "\" is not a positive learning rate (for " + v + ")");
+    if (!out.emplace(v, lr).second) throw UsageError("--lrs: " + v + " is given twice");
+  }
+  for (const auto& v : variants)
+    if (!out.count(v)) throw UsageError("--lrs: no learning rate for " + v);
   return out;
 }
 
@@ -299,6 +324,9 @@ int run(int argc, char** argv) {
   app.add_option("--lr-grid", o.lr_grid_s,
                  "sweep these peak learning rates first (e.g. 1e-3,3e-3,1e-2,3e-2): every variant for --sweep-steps "
                  "at each, on the first seed; each variant's full runs then use the rate with the lowest final val loss");
+  app.add_option("--lrs", o.lrs_s,
+                 "a peak learning rate per variant instead of a sweep, e.g. gpt=3e-3,ngpt=1e-2 (every variant of "
+                 "--variants; e.g. another study's OUT/sweep.json)");
   app.add_option("--sweep-steps", o.sweep_steps, "steps of each sweep run (default: a quarter of the study's --steps)")
       ->check(CLI::PositiveNumber);
   app.add_option("--timing-rounds", o.timing_rounds,
@@ -402,6 +430,12 @@ int run(int argc, char** argv) {
     } else if (o.sweep_steps != 0) {
       throw UsageError("--sweep-steps needs --lr-grid");
     }
+    std::map<std::string, double> given_lr;
+    if (!o.lrs_s.empty()) {
+      if (!grid.empty()) throw UsageError("--lrs and --lr-grid contradict each other: give one");
+      if (pass_value(o.pass, "--lr")) throw UsageError("--lrs sets each variant's --lr: do not also pass --lr");
+      given_lr = parse_lrs(o.lrs_s, variants);
+    }
     fs::path bin = o.bin_dir;
     if (bin.empty()) {
       std::error_code ec;
@@ -443,6 +477,11 @@ int run(int argc, char** argv) {
       const nlohmann::json now_grid = grid.empty() ? nlohmann::json() : nlohmann::json(grid);
       const nlohmann::json before_steps = record->contains("sweep_steps") ? record->at("sweep_steps") : nlohmann::json();
       const nlohmann::json now_steps = grid.empty() ? nlohmann::json() : nlohmann::json(o.sweep_steps);
+      const nlohmann::json before_lrs = record->contains("lrs") ? record->at("lrs") : nlohmann::json();
+      const nlohmann::json now_lrs = given_lr.empty() ? nlohmann::json() : nlohmann::json(given_lr);
+      if (before_lrs != now_lrs)
+        throw UsageError(out.string() + " holds a study with other --lrs (" + before_lrs.dump() + "; now " +
+                         now_lrs.dump() + "). Use another --out, or remove " + out.string());
       if (before_grid != now_grid || before_steps != now_steps)
         throw UsageError(out.string() + " holds a study with another learning-rate sweep (--lr-grid " +
                          before_grid.dump() + ", --sweep-steps " + before_steps.dump() + "; now " + now_grid.dump() +
@@ -458,6 +497,7 @@ int run(int argc, char** argv) {
         rec["lr_grid"] = grid;
         rec["sweep_steps"] = o.sweep_steps;
       }
+      if (!given_lr.empty()) rec["lrs"] = given_lr;
       write_file(out / "ablation.json", rec.dump(2) + "\n");
     }
     // One trainer run into `dir` (skipped when finished, resumed when interrupted);
@@ -498,7 +538,7 @@ int run(int argc, char** argv) {
     };
 
     // 1. The learning-rate sweep (first seed), and each variant's choice.
-    std::map<std::string, double> chosen_lr;
+    std::map<std::string, double> chosen_lr = given_lr;
     if (!grid.empty()) {
       for (const auto& v : variants)
         for (double g : grid)

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# The fair ablation (issue 20), in resumable pieces: a rerun skips finished runs
+# and resumes interrupted ones, so a piece can be stopped and started again.
+# Brown corpus, byte tokens, d = 128, 4 layers, 4 heads, 2048 tokens a step,
+# 1500 steps; each variant at its own learning rate, chosen by normlab-ablate's
+# sweep (--lr-grid, 300 steps, seed 1); time to target from step times measured
+# interleaved across the variants of a piece (normlab-ablate --timing-rounds).
+#
+#   bash scripts/fair-study.sh main        # gpt, gpt_alpha, ngpt, angpt: 3 seeds each, T = 256
+#   bash scripts/fair-study.sh others      # the other six variants, 1 seed, T = 256 (gpt's runs shared from main)
+#   bash scripts/fair-study.sh context     # gpt, ngpt, angpt at T = 64 and 1024 (same tokens a step, main's lrs)
+#   bash scripts/fair-study.sh conditioning  # normlab-diagnose --compare on main's checkpoints (seed 1)
+#   bash scripts/fair-study.sh timing      # re-time every piece's variants interleaved (nothing else may run)
+#
+# Results: runs/fair/<piece>/results.md (+ plots); docs/study.md quotes them.
+# TIMING_ROUNDS=0 skips the interleaved timing in a piece (time it later with `timing`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PIECE=${1:?"usage: bash scripts/fair-study.sh main|others|context|conditioning|timing"}
+GRID=${LR_GRID:-3e-3,1e-2,3e-2}
+SWEEP_STEPS=${SWEEP_STEPS:-300}
+STEPS=${STEPS:-1500}
+ROUNDS=${TIMING_ROUNDS:-3}
+bash scripts/bootstrap.sh
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build -j 2 --target normlab-ablate normlab-diagnose \
+  train-gpt train-gpt_qknorm train-gpt_alpha train-ngpt train-ngpt_slerp train-ngpt_noqknorm train-ngpt_scalar \
+  train-ngpt_fixedscales train-angpt train-angpt_attnfactor >/dev/null
+bash scripts/fetch-corpus.sh data >/dev/null
+ROOT=runs/fair
+mkdir -p "$ROOT"
+# The trainers' flags at context length T (batch = 2048 / T sequences).
+flags() { echo --data brown --data-dir "$PWD/data" --seq "$1" --batch $((2048 / $1)) --d 128 --layers 4 --heads 4 \
+  --steps "$STEPS" --eval-every 100 --eval-batches 8 --ckpt-every 250 --quiet; }
+ablate() { ./build/normlab-ablate --timing-rounds "$ROUNDS" "$@"; }
+# A study dir reuses another's finished runs (the shared baseline) through symlinks.
+share() {  # from-dir to-dir variant seed
+  mkdir -p "$2/$3" "$2/sweep"
+  [ -e "$2/$3/seed$4" ] || ln -s "$(realpath "$1/$3/seed$4")" "$2/$3/seed$4"
+  if [ -d "$1/sweep/$3" ] && [ ! -e "$2/sweep/$3" ]; then ln -s "$(realpath "$1/sweep/$3")" "$2/sweep/$3"; fi
+}
+lrs_of() {  # study-dir variants -> v=lr,... from its sweep.json
+  /usr/bin/env python3 - "$1/sweep.json" "$2" <<'PY'
+import json, sys
+chosen = json.load(open(sys.argv[1]))
+print(",".join(f"{v}={chosen[v]:g}" for v in sys.argv[2].split(",")))
+PY
+}
+
+case $PIECE in
+  main)
+    # shellcheck disable=SC2046
+    ablate --variants gpt,gpt_alpha,ngpt,angpt --seeds 1,2,3 --lr-grid "$GRID" --sweep-steps "$SWEEP_STEPS" \
+      --out "$ROOT/main" -- $(flags 256) ;;
+  others)
+    [ -f "$ROOT/main/gpt/seed1/summary.json" ] || { echo "fair-study: run 'main' first (gpt is shared)" >&2; exit 2; }
+    share "$ROOT/main" "$ROOT/others" gpt 1
+    # shellcheck disable=SC2046
+    ablate --variants gpt,gpt_qknorm,ngpt_slerp,ngpt_noqknorm,ngpt_scalar,ngpt_fixedscales,angpt_attnfactor --seeds 1 \
+      --lr-grid "$GRID" --sweep-steps "$SWEEP_STEPS" --out "$ROOT/others" -- $(flags 256) ;;
+  context)
+    [ -f "$ROOT/main/sweep.json" ] || { echo "fair-study: run 'main' first (its learning rates are used)" >&2; exit 2; }
+    lrs=$(lrs_of "$ROOT/main" gpt,ngpt,angpt)
+    for T in 64 1024; do
+      # shellcheck disable=SC2046
+      ablate --variants gpt,ngpt,angpt --seeds 1 --lrs "$lrs" --out "$ROOT/ctx$T" -- $(flags "$T")
+    done ;;
+  conditioning)
+    d=$ROOT/main
+    ./build/normlab-diagnose --compare "$d/gpt/seed1/ckpt.safetensors" "$d/ngpt/seed1/ckpt.safetensors" \
+      "$d/angpt/seed1/ckpt.safetensors" "$d/gpt_alpha/seed1/ckpt.safetensors" > "$ROOT/conditioning.md"
+    ./build/normlab-diagnose --compare --post-hoc-normalize "$d/gpt/seed1/ckpt.safetensors" \
+      "$d/ngpt/seed1/ckpt.safetensors" > "$ROOT/conditioning_posthoc.md"
+    cat "$ROOT/conditioning.md" "$ROOT/conditioning_posthoc.md" ;;
+  timing)
+    # Every run finished: each rerun only times (interleaved) and re-makes the report.
+    for p in main others ctx64 ctx1024; do
+      [ -f "$ROOT/$p/ablation.json" ] || continue
+      /usr/bin/env python3 - "$ROOT/$p/ablation.json" > "$ROOT/$p/.rerun" <<'PY'
+import json, sys, shlex
+r = json.load(open(sys.argv[1]))
+args = ["--variants", ",".join(r["variants"]), "--seeds", ",".join(map(str, r["seeds"]))]
+if r.get("lr_grid"): args += ["--lr-grid", ",".join(f"{x:g}" for x in r["lr_grid"]), "--sweep-steps", str(r["sweep_steps"])]
+if r.get("lrs"): args += ["--lrs", ",".join(f"{k}={v:g}" for k, v in r["lrs"].items())]
+print(shlex.join(args + ["--"] + r["pass_through"]))
+PY
+      eval "ablate --out $ROOT/$p $(cat "$ROOT/$p/.rerun" | sed 's/ -- / -- /')" > /dev/null
+      echo "fair-study: timed $p"
+    done ;;
+  *) echo "fair-study: unknown piece '$PIECE' (main, others, context, conditioning, timing)" >&2; exit 2 ;;
+esac
