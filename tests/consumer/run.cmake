@@ -2,10 +2,8 @@
 # and run the consumer project against it. Any failure fails the test.
 file(REMOVE_RECURSE ${WORK_DIR})
 include(${CMAKE_CURRENT_LIST_DIR}/../run_checked.cmake)
-run(${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${WORK_DIR}/lib-build -G ${GENERATOR}
-    -DNORMLAB_BUILD_TESTS=OFF -DNORMLAB_BUILD_TOOLS=OFF -DNORMLAB_BUILD_EXAMPLES=OFF
-    -DCMAKE_INSTALL_PREFIX=${WORK_DIR}/prefix)
-run(${CMAKE_COMMAND} --install ${WORK_DIR}/lib-build)
+include(${CMAKE_CURRENT_LIST_DIR}/../install_normlab.cmake)
+install_normlab()
 run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/consumer -B ${WORK_DIR}/consumer-build -G ${GENERATOR}
     -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix -DCMAKE_BUILD_TYPE=Release)
 run(${CMAKE_COMMAND} --build ${WORK_DIR}/consumer-build)

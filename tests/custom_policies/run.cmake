@@ -8,10 +8,8 @@
 #      --bin-dir, and its table lists every one of them.
 file(REMOVE_RECURSE ${WORK_DIR})
 include(${CMAKE_CURRENT_LIST_DIR}/../run_checked.cmake)
-run(${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${WORK_DIR}/lib-build -G ${GENERATOR}
-    -DNORMLAB_BUILD_TESTS=OFF -DNORMLAB_BUILD_TOOLS=OFF -DNORMLAB_BUILD_EXAMPLES=OFF
-    -DCMAKE_INSTALL_PREFIX=${WORK_DIR}/prefix)
-run(${CMAKE_COMMAND} --install ${WORK_DIR}/lib-build)
+include(${CMAKE_CURRENT_LIST_DIR}/../install_normlab.cmake)
+install_normlab()
 file(COPY ${SOURCE_DIR}/examples/custom_policies/ DESTINATION ${WORK_DIR}/project)
 run(${CMAKE_COMMAND} -S ${WORK_DIR}/project -B ${WORK_DIR}/build -G ${GENERATOR}
     -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix -DCMAKE_BUILD_TYPE=Release)

@@ -223,6 +223,21 @@ RunMemory plan_run_memory(const ModelConfig& mc, const TrainOptions& o) {
 }
 
 namespace detail {
+// The model a run of these flags trains, for a vocabulary of `vocab`.
+inline ModelConfig model_config(const TrainOptions& o, std::int64_t vocab) {
+  ModelConfig mc;
+  mc.vocab_size = vocab;
+  mc.n_embd = o.d;
+  mc.n_head = o.heads;
+  mc.n_layer = o.layers;
+  return mc;
+}
+inline void set_threads([[maybe_unused]] const TrainOptions& o) {
+#ifdef _OPENMP
+  if (o.threads > 0) omp_set_num_threads(o.threads);
+#endif
+}
+
 // Writes a small text file whole or not at all (temp file, then rename): a run
 // killed mid-write leaves no truncated summary.json that a study would take as
 // a finished run.
@@ -269,15 +284,9 @@ int time_training(TrainOptions o) {
   if (o.out.empty()) throw Error("--time-steps needs --out (where step_time.json is written)");
   if (o.lr == 0) o.lr = Tag::default_lr;
   apply_variant_defaults<Model>(o);
-#ifdef _OPENMP
-  if (o.threads > 0) omp_set_num_threads(o.threads);
-#endif
+  detail::set_threads(o);
   const data::TokenData td = detail::load_training_data(o);
-  ModelConfig mc;
-  mc.vocab_size = td.vocab_size;
-  mc.n_embd = o.d;
-  mc.n_head = o.heads;
-  mc.n_layer = o.layers;
+  const ModelConfig mc = detail::model_config(o, td.vocab_size);
   data::BatchSampler sampler(td.train, o.batch, o.seq, o.seed, "train");
   plan_run_memory<Model>(mc, o);
   std::vector<std::int64_t> idx(static_cast<std::size_t>(o.batch * o.seq)), tgt(idx.size());
@@ -353,15 +362,9 @@ int run_training(TrainOptions o) {
   if (o.min_lr < 0) o.min_lr = o.lr / 10;
   if (o.min_lr > o.lr) throw Error("--min-lr " + exact_string(o.min_lr) + " must not exceed --lr " + exact_string(o.lr));
   apply_variant_defaults<Model>(o);
-#ifdef _OPENMP
-  if (o.threads > 0) omp_set_num_threads(o.threads);
-#endif
+  detail::set_threads(o);
   const data::TokenData td = detail::load_training_data(o);
-  ModelConfig mc;
-  mc.vocab_size = td.vocab_size;
-  mc.n_embd = o.d;
-  mc.n_head = o.heads;
-  mc.n_layer = o.layers;
+  const ModelConfig mc = detail::model_config(o, td.vocab_size);
   data::BatchSampler sampler(td.train, o.batch, o.seq, o.seed, "train");
   // Before anything of the run's size is allocated.
   const RunMemory memory = plan_run_memory<Model>(mc, o);
@@ -684,11 +687,7 @@ int train_main(int argc, char** argv) {
       using Model = typename Tag::template model<float>;
       const double lr = o.lr > 0 ? o.lr : Tag::default_lr, min_lr = o.min_lr >= 0 ? o.min_lr : lr / 10;
       if (min_lr > lr) throw Error("--min-lr " + exact_string(min_lr) + " must not exceed --lr " + exact_string(lr));
-      ModelConfig mc;
-      mc.vocab_size = o.vocab > 0 ? o.vocab : 256;
-      mc.n_embd = o.d;
-      mc.n_head = o.heads;
-      mc.n_layer = o.layers;
+      const ModelConfig mc = detail::model_config(o, o.vocab > 0 ? o.vocab : 256);
       mc.validate();
       const RunMemory m = plan_run_memory<Model>(mc, o);
       std::printf("train-%s: dry run: flags valid; memory %s planned (%s); nothing trained\n",
