@@ -1,5 +1,6 @@
 #pragma once
-// Umbrella header for CPU users: the model, its policies, the optimizer, the
+// Umbrella header for CPU users: the model, its policies (and the interfaces a
+// user's own policy implements: nn/context.hpp, docs/extending.md), the optimizer, the
 // training step, data and batches, checkpoints, named variants, gradient
 // checks and safetensors I/O (Eigen and nlohmann-json). Not included here:
 // the command-line driver (normlab/train/driver.hpp, needs CLI11), the
@@ -8,6 +9,9 @@
 #include "normlab/core/error.hpp"
 #include "normlab/tensor/tensor.hpp"
 #include "normlab/backend/cpu/ops.hpp"
+#include "normlab/backend/cpu/backend.hpp"
+#include "normlab/nn/config.hpp"
+#include "normlab/nn/context.hpp"
 #include "normlab/nn/policies.hpp"
 #include "normlab/nn/residual.hpp"
 #include "normlab/nn/constraint.hpp"
