@@ -11,12 +11,32 @@
 #   bash scripts/fair-study.sh context     # gpt, ngpt, angpt at T = 64 and 1024 (same tokens a step, main's lrs)
 #   bash scripts/fair-study.sh conditioning  # normlab-diagnose --compare on main's checkpoints (seed 1)
 #   bash scripts/fair-study.sh timing      # re-time every piece's variants interleaved (nothing else may run)
+#   bash scripts/fair-study.sh archive     # copy every finished run's record (no checkpoints) into studies/fair/
+#   bash scripts/fair-study.sh restore     # copy studies/fair/ back into runs/fair/ (a new work tree continues)
 #
 # Results: runs/fair/<piece>/results.md (+ plots); docs/study.md quotes them.
 # TIMING_ROUNDS=0 skips the interleaved timing in a piece (time it later with `timing`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PIECE=${1:?"usage: bash scripts/fair-study.sh main|others|context|conditioning|timing"}
+PIECE=${1:?"usage: bash scripts/fair-study.sh main|others|context|conditioning|timing|archive|restore"}
+ROOT=runs/fair
+ARCHIVE=studies/fair
+# What a study keeps of a run for its report and a resumed study: the records, not the checkpoints.
+keep() { find "$1" \( -name summary.json -o -name metrics.jsonl -o -name args.txt -o -name step_time.json \
+  -o -name ablation.json -o -name sweep.json -o -name timing.json -o -name 'results*.md' -o -name '*.png' \
+  -o -name 'conditioning*.md' \) -type f; }
+case $PIECE in
+  archive)
+    [ -d "$ROOT" ] || { echo "fair-study: nothing in $ROOT to archive" >&2; exit 2; }
+    (cd "$ROOT" && keep . | while read -r f; do mkdir -p "../../$ARCHIVE/$(dirname "$f")"; cp "$f" "../../$ARCHIVE/$f"; done)
+    echo "fair-study: archived $(cd "$ARCHIVE" && keep . | wc -l) files into $ARCHIVE"; exit 0 ;;
+  restore)
+    [ -d "$ARCHIVE" ] || { echo "fair-study: no $ARCHIVE to restore" >&2; exit 2; }
+    mkdir -p "$ROOT"
+    (cd "$ARCHIVE" && keep . | while read -r f; do
+       [ -e "../../$ROOT/$f" ] || { mkdir -p "../../$ROOT/$(dirname "$f")"; cp "$f" "../../$ROOT/$f"; }; done)
+    echo "fair-study: restored $ARCHIVE into $ROOT"; exit 0 ;;
+esac
 GRID=${LR_GRID:-3e-3,1e-2,3e-2}
 SWEEP_STEPS=${SWEEP_STEPS:-300}
 STEPS=${STEPS:-1500}
@@ -27,7 +47,6 @@ cmake --build build -j 2 --target normlab-ablate normlab-diagnose \
   train-gpt train-gpt_qknorm train-gpt_alpha train-ngpt train-ngpt_slerp train-ngpt_noqknorm train-ngpt_scalar \
   train-ngpt_fixedscales train-angpt train-angpt_attnfactor >/dev/null
 bash scripts/fetch-corpus.sh data >/dev/null
-ROOT=runs/fair
 mkdir -p "$ROOT"
 # The trainers' flags at context length T (batch = 2048 / T sequences).
 flags() { echo --data brown --data-dir "$PWD/data" --seq "$1" --batch $((2048 / $1)) --d 128 --layers 4 --heads 4 \
@@ -87,5 +106,5 @@ PY
       eval "ablate --out $ROOT/$p $(cat "$ROOT/$p/.rerun" | sed 's/ -- / -- /')" > /dev/null
       echo "fair-study: timed $p"
     done ;;
-  *) echo "fair-study: unknown piece '$PIECE' (main, others, context, conditioning, timing)" >&2; exit 2 ;;
+  *) echo "fair-study: unknown piece '$PIECE' (main, others, context, conditioning, timing, archive, restore)" >&2; exit 2 ;;
 esac
