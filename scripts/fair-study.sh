@@ -88,7 +88,7 @@ case $PIECE in
     d=$ROOT/main
     ./build/normlab-diagnose --compare "$d/gpt/seed1/ckpt.safetensors" "$d/ngpt/seed1/ckpt.safetensors" \
       "$d/angpt/seed1/ckpt.safetensors" "$d/gpt_alpha/seed1/ckpt.safetensors" > "$ROOT/conditioning.md"
-    ./build/normlab-diagnose --compare --post-hoc-normalize "$d/gpt/seed1/ckpt.safetensors" \
+    ./build/normlab-diagnose --post-hoc-normalize --compare "$d/gpt/seed1/ckpt.safetensors" \
       "$d/ngpt/seed1/ckpt.safetensors" > "$ROOT/conditioning_posthoc.md"
     cat "$ROOT/conditioning.md" "$ROOT/conditioning_posthoc.md" ;;
   timing)
