@@ -275,6 +275,7 @@ std::vector<ab::SweepRun> read_sweep(const fs::path& out, const std::vector<std:
   for (const auto& v : variants)
     for (double g : grid) {
       const fs::path dir = sweep_dir(out, v, g);
+      if (fs::exists(dir / "DIVERGED")) runs.push_back({v, g, std::nullopt});
       if (!fs::exists(dir / "summary.json")) continue;
       runs.push_back({v, g, ab::read_summary(dir / "summary.json").final_val_loss});
     }
@@ -504,9 +505,15 @@ int run(int argc, char** argv) {
     // `extra` comes after the pass-through flags, so it overrides them.
     const std::size_t total = variants.size() * (seeds.size() + grid.size());
     std::size_t k = 0;
+    // A sweep run that stops on a non-finite loss (the trainer's exit 3) is a result
+    // of the sweep ("diverged", marked by DIVERGED in its directory), not an error.
     auto run_one = [&](const std::string& v, std::int64_t s, const fs::path& dir,
-                       const std::vector<std::string>& extra, const std::string& what) {
+                       const std::vector<std::string>& extra, const std::string& what, bool sweep = false) {
       ++k;
+      if (sweep && fs::exists(dir / "DIVERGED")) {
+        std::printf("[normlab-ablate] run %zu/%zu: %s %s diverged earlier: skipped\n", k, total, v.c_str(), what.c_str());
+        return;
+      }
       const fs::path exe = bin / ("train-" + v);
       std::vector<std::string> args{"--seed", std::to_string(s), "--out", dir.string()};
       args.insert(args.end(), o.pass.begin(), o.pass.end());
@@ -531,6 +538,12 @@ int run(int argc, char** argv) {
       }
       fs::create_directories(dir);
       const int rc = run_child(exe, args);
+      if (rc == 3 && sweep) {
+        write_file(dir / "DIVERGED", "non-finite loss (train-" + v + " exit 3)\n");
+        std::printf("[normlab-ablate] %s %s diverged (non-finite loss): counted as diverged in the sweep\n",
+                    v.c_str(), what.c_str());
+        return;
+      }
       if (rc != 0)
         throw normlab::Error("train-" + v + " (" + what + ") " + describe_status(rc) + "; stopping the ablation (" +
                              std::to_string(k - 1) + "/" + std::to_string(total) +
@@ -544,7 +557,7 @@ int run(int argc, char** argv) {
         for (double g : grid)
           run_one(v, seeds.front(), sweep_dir(out, v, g),
                   {"--steps", std::to_string(o.sweep_steps), "--lr", lr_name(g)},
-                  "lr " + lr_name(g) + " (sweep, " + std::to_string(o.sweep_steps) + " steps)");
+                  "lr " + lr_name(g) + " (sweep, " + std::to_string(o.sweep_steps) + " steps)", true);
       if (!o.dry_run) {
         const auto runs = read_sweep(out, variants, grid);
         const auto choices = ab::choose_learning_rates(variants, runs);
