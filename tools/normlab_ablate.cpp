@@ -204,18 +204,25 @@ struct Options {
   std::vector<std::string> pass;
 };
 
+// A positive, finite learning rate spelled exactly by `tok`, else nullopt.
+std::optional<double> positive_rate(const std::string& tok) {
+  std::size_t pos = 0;
+  double v = 0;
+  try {
+    v = std::stod(tok, &pos);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  if (pos != tok.size() || pos == 0 || !std::isfinite(v) || !(v > 0)) return std::nullopt;
+  return v;
+}
+
 std::vector<double> parse_lr_grid(const std::string& s) {
   std::vector<double> out;
   for (const auto& tok : split_list(s)) {
-    std::size_t pos = 0;
-    double v = 0;
-    try {
-      v = std::stod(tok, &pos);
-    } catch (const std::exception&) {
-      pos = 0;
-    }
-    if (pos != tok.size() || pos == 0 || !std::isfinite(v) || !(v > 0))
-      throw UsageError("--lr-grid: \"" + tok + "\" is not a positive learning rate");
+    const std::optional<double> r = positive_rate(tok);
+    if (!r) throw UsageError("--lr-grid: \"" + tok + "\" is not a positive learning rate");
+    const double v = *r;
     if (std::find(out.begin(), out.end(), v) != out.end()) throw UsageError("--lr-grid: " + tok + " is given twice");
     out.push_back(v);
   }
@@ -233,16 +240,9 @@ std::map<std::string, double> parse_lrs(const std::string& s, const std::vector<
     const std::string v = tok.substr(0, eq), x = tok.substr(eq + 1);
     if (std::find(variants.begin(), variants.end(), v) == variants.end())
       throw UsageError("--lrs: \"" + v + "\" is not one of --variants");
-    std::size_t pos = 0;
-    double lr = 0;
-    try {
-      lr = std::stod(x, &pos);
-    } catch (const std::exception&) {
-      pos = 0;
-    }
-    if (pos != x.size() || pos == 0 || !std::isfinite(lr) || !(lr > 0))
-      throw UsageError("--lrs: \"" + x + "\" is not a positive learning rate (for " + v + ")");
-    if (!out.emplace(v, lr).second) throw UsageError("--lrs: " + v + " is given twice");
+    const std::optional<double> lr = positive_rate(x);
+    if (!lr) throw UsageError("--lrs: \"" + x + "\" is not a positive learning rate (for " + v + ")");
+    if (!out.emplace(v, *lr).second) throw UsageError("--lrs: " + v + " is given twice");
   }
   for (const auto& v : variants)
     if (!out.count(v)) throw UsageError("--lrs: no learning rate for " + v);
