@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The main job: trains gpt, ngpt and angpt on the Brown corpus (byte tokens)
-# with the same data, config and seed, then writes runs/ablation/results.md
+# with the same data, config and seed, each at the learning rate the fair study's
+# sweep chose for it (studies/fair/*/sweep.json; docs/study.md), then writes runs/ablation/results.md
 # (tokens and wall-clock time to reach gpt's final validation loss) and
 # runs/ablation/loss_vs_tokens.{png,svg}. 3 min 1 s of training on 2 cores (2026-12-01),
 # plus the first build. A rerun skips finished runs and resumes interrupted ones.
@@ -19,7 +20,23 @@ targets=(normlab-ablate)
 for v in ${VARIANTS//,/ }; do targets+=("train-$v"); done
 cmake --build build -j 2 --target "${targets[@]}"
 bash scripts/fetch-corpus.sh data
+# Each variant's learning rate: the fair study's choice (its sweep at T = 256, 2048 tokens a
+# step, the same tokens a step as here). LRS=v=lr,... overrides.
+if [ -z "${LRS:-}" ]; then
+  LRS=$(/usr/bin/env python3 - "$VARIANTS" studies/fair/main/sweep.json studies/fair/others/sweep.json <<'PY'
+import json, sys
+chosen = {}
+for f in sys.argv[2:]:
+    chosen.update(json.load(open(f)))
+missing = [v for v in sys.argv[1].split(",") if v not in chosen]
+if missing:
+    sys.exit("run-ablation: the fair study chose no learning rate for " + ", ".join(missing) + "; give LRS=variant=lr,...")
+print(",".join(f"{v}={chosen[v]:g}" for v in sys.argv[1].split(",")))
+PY
+)
+fi
+echo "run-ablation: learning rates $LRS (the fair study's sweep choices, studies/fair/*/sweep.json)"
 # The corpus lives in the repository's data/ (the trainers' own default is ~/.cache/normlab).
-./build/normlab-ablate --variants "$VARIANTS" --seeds "$SEEDS" --out "$OUT" -- \
+./build/normlab-ablate --variants "$VARIANTS" --seeds "$SEEDS" --lrs "$LRS" --out "$OUT" -- \
   --data brown --data-dir "$PWD/data" --steps "$STEPS" --batch 16 --seq 128 --d 128 --layers 4 --heads 4 \
   --eval-every 50 --eval-batches 8 --ckpt-every 200 "$@"
