@@ -12,6 +12,7 @@ packages=(
   libbenchmark-dev       # benchmarks
   gnuplot-nox            # the ablation's loss plots (PNG, SVG)
   clang libclang-rt-dev  # libFuzzer targets (scripts/fuzz.sh)
+  libopenmpi-dev openmpi-bin  # data-parallel training (MPI launch, rendezvous, collectives)
 )
 
 missing=()

@@ -191,6 +191,15 @@ class Transformer {
   // Gradients of the mean cross-entropy of the last forward(), written into
   // params().grads() (zeroed first unless `accumulate`, for gradient accumulation).
   void backward(bool accumulate = false) {
+    backward(accumulate, [](std::size_t) {});
+  }
+  // The same, reporting as it goes down the layers the offset from which
+  // params().grads() are final: `ready(from)` means grads[from, size) will not
+  // change in this backward (parameters are laid out embedding, layer 0 .. L-1,
+  // head, and backward visits them in reverse). Data-parallel training starts
+  // each bucket's all-reduce there (dist::GradientSync), overlapping backward.
+  template <class Ready>
+  void backward(bool accumulate, Ready&& ready) {
     if (!targets_) throw Error("Transformer::backward: the last forward() had no targets");
     if (!accumulate) params_.zero_grad();
     const std::int64_t B = B_, Tn = T_, N = B * Tn, C = cfg_.n_embd, F = 4 * C, V = cfg_.vocab_size;
@@ -205,6 +214,7 @@ class Transformer {
       Backend::linear_backward(d_x_, G(lm_head_), d_logits_, hf_, P(lm_head_), N, C, V);
       final_norm_.backward(c, d_h_, d_x_, h_final_, N, C);
     }
+    ready(head_begin_);
     for (std::int64_t l = cfg_.n_layer - 1; l >= 0; --l) {
       LayerActs& a = acts_[l];
       const LayerOffsets& w = layers_[l];
@@ -229,8 +239,10 @@ class Transformer {
       Backend::linear_backward(d_f_, G(w.wv), d_v_, a.xa, P(w.wv), N, C, C);
       Backend::add_into(d_x_, d_f_, N * C);
       Backend::add_into(d_h_, a.in_att.backward(c, d_f_, d_x_, a.h_in, N, C), N * C);
+      ready(layers_[l].begin);
     }
     Backend::embedding_backward(G(wte_), idx_, d_h_, N, C);
+    ready(std::size_t(0));
   }
 
   // (B,T,V) logits of the last forward (after s_z where the scheme has it).
@@ -255,6 +267,7 @@ class Transformer {
 
  private:
   struct LayerOffsets {
+    std::size_t begin = 0;  // the layer's first parameter (its own and its sites' follow contiguously)
     std::size_t wq = 0, wk = 0, wv = 0, wo = 0, wfc = 0, wproj = 0;
   };
   // One block's activations and its policy sites (each holds its parameters'
@@ -321,6 +334,7 @@ class Transformer {
       const std::string p = "transformer.h." + std::to_string(l) + ".";
       LayerOffsets& w = layers_[l];
       LayerActs& a = acts_[l];
+      w.begin = params_.size();
       w.wq = params_.add(p + "query.weight", {C, C}, ParamRole::matrix, rows, w_init);
       w.wk = params_.add(p + "key.weight", {C, C}, ParamRole::matrix, rows, w_init);
       w.wv = params_.add(p + "value.weight", {C, C}, ParamRole::matrix, rows, w_init);
@@ -336,6 +350,7 @@ class Transformer {
       a.qk.declare(params_, p, cfg_);
       a.activation.declare(params_, p, cfg_);
     }
+    head_begin_ = params_.size();
     final_norm_.declare(params_, "", "f", cfg_);
     lm_head_ = params_.add("lm_head.weight", {V, C}, ParamRole::matrix, rows, w_init);
     logit_scale_.declare(params_, cfg_);
@@ -474,6 +489,7 @@ class Transformer {
   std::int64_t maxB_, maxT_;
   ParamStore<T> params_;
   std::size_t wte_ = 0, lm_head_ = 0;
+  std::size_t head_begin_ = 0;  // the first parameter after the last layer's
   std::vector<LayerOffsets> layers_;
   Arena<T> arena_;
   std::vector<LayerActs> acts_;

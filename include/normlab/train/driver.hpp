@@ -14,8 +14,10 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <type_traits>
 #include <random>
 #include <string>
 #include <vector>
@@ -23,9 +25,14 @@
 #ifdef _OPENMP
 #include <omp.h>
 #endif
+#ifdef NORMLAB_HAVE_MPI
+#include "normlab/dist/mpi.hpp"
+#endif
 
 #include "normlab/core/error.hpp"
 #include "normlab/core/process.hpp"
+#include "normlab/dist/comm.hpp"
+#include "normlab/dist/grad_sync.hpp"
 #include "normlab/io/safetensors.hpp"
 #include "normlab/optim/adamw.hpp"
 #include "normlab/optim/schedule.hpp"
@@ -252,22 +259,179 @@ inline void write_text_atomically(const std::filesystem::path& p, const std::str
   std::filesystem::rename(tmp, p);
 }
 
-// One step's gradients: o.accum micro-batches from the sampler, averaged; returns
-// the mean loss. `poison` puts a NaN into the first gradient (--fault-nan-at).
-template <class Model>
+// One process's view of data parallelism: every rank draws the same global
+// micro-batch of o.batch sequences (the sampler's state is the run's data
+// position, whatever the number of ranks) and computes rows
+// [rank·b, (rank+1)·b), b = o.batch / ranks.
+template <class Comm>
+struct DataParallel {
+  Comm& comm;
+  std::int64_t local_batch = 0;  // b
+  std::int64_t row_offset = 0;   // rank·b·seq: this rank's first token in the global batch
+  double exposed_s = 0;          // the last step's communication not hidden behind backward
+  int buckets = 0;               // the last step's all-reduce buckets
+  DataParallel(Comm& c, const TrainOptions& o) : comm(c) {
+    const int ranks = c.size();
+    if (o.batch % ranks != 0)
+      throw Error("--batch " + std::to_string(o.batch) + " (the global batch) does not split over " +
+                  std::to_string(ranks) + " ranks: give a multiple of " + std::to_string(ranks));
+    local_batch = o.batch / ranks;
+    row_offset = std::int64_t(c.rank()) * local_batch * o.seq;
+  }
+  bool distributed() const { return comm.size() > 1; }
+  // The mean over ranks of a per-rank mean (identity on one process).
+  double mean(double x) { return distributed() ? comm.allreduce_sum(x) / double(comm.size()) : x; }
+};
+
+// The options a rank plans its memory with: its share of the batch.
+template <class Comm>
+TrainOptions per_rank(TrainOptions o, const DataParallel<Comm>& dp) {
+  o.batch = dp.local_batch;
+  return o;
+}
+
+// Rank 0 loads (and, for --data brown, fetches) the data first; the others read
+// it after, so no two ranks fetch into the same directory at once.
+template <class Comm>
+data::TokenData load_training_data_in_turn(const TrainOptions& o, Comm& comm) {
+  data::TokenData td;
+  if (comm.rank() == 0) td = load_training_data(o);
+  comm.barrier();
+  if (comm.rank() != 0) td = load_training_data(o);
+  return td;
+}
+
+// One step's gradients: o.accum micro-batches from the sampler, averaged (over
+// micro-batches and ranks); returns the mean loss. `poison` puts a NaN into the
+// first gradient (--fault-nan-at). Across ranks, the last micro-batch's backward
+// starts the gradient all-reduce bucket by bucket as layers finish.
+template <class Model, class Comm>
 double accumulate_gradients(Model& model, data::BatchSampler& sampler, const TrainOptions& o,
-                            std::vector<std::int64_t>& idx, std::vector<std::int64_t>& tgt, bool poison = false) {
+                            std::vector<std::int64_t>& idx, std::vector<std::int64_t>& tgt, DataParallel<Comm>& dp,
+                            bool poison = false) {
+  using T = typename Model::scalar_type;
+  auto& grads = model.params().grads();
+  const std::int64_t* x = idx.data() + dp.row_offset;
+  const std::int64_t* y = tgt.data() + dp.row_offset;
   double loss = 0;
   for (std::int64_t m = 0; m < o.accum; ++m) {
     sampler.next(idx.data(), tgt.data());
-    loss += model.forward(idx.data(), tgt.data(), o.batch, o.seq);
-    model.backward(m > 0);
+    loss += model.forward(x, y, dp.local_batch, o.seq);
+    if (dp.distributed() && m + 1 == o.accum) {
+      dist::GradientSync<T, Comm> sync(dp.comm, grads.size());
+      sync.begin(grads.data());
+      model.backward(m > 0, [&](std::size_t from) { sync.ready(from); });
+      dp.exposed_s = sync.finish();
+      dp.buckets = sync.buckets();
+    } else {
+      model.backward(m > 0);
+    }
   }
   loss /= double(o.accum);
-  if (poison) model.params().grads()[0] = std::numeric_limits<float>::quiet_NaN();
-  if (o.accum > 1)
-    for (float& g : model.params().grads()) g /= float(o.accum);
+  if (poison) grads[0] = std::numeric_limits<T>::quiet_NaN();
+  if (dp.distributed()) {
+    // Each rank's gradient is the mean over its rows; the global mean is the
+    // mean over ranks (equal row counts), as is the loss.
+    const T inv = T(1) / T(double(o.accum) * double(dp.comm.size()));
+    for (T& g : grads) g *= inv;
+    loss = dp.mean(loss);
+  } else if (o.accum > 1) {
+    for (T& g : grads) g /= T(o.accum);
+  }
   return loss;
+}
+
+// A 64-bit FNV-1a hash: the ranks' fingerprints of binary, data and parameters.
+inline std::uint64_t fnv1a(const void* p, std::size_t n, std::uint64_t h = 1469598103934665603ull) {
+  const auto* b = static_cast<const unsigned char*>(p);
+  for (std::size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
+  return h;
+}
+inline std::string hex(std::uint64_t h) {
+  char b[24];
+  std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(h));
+  return b;
+}
+inline std::string executable_hash() {
+  std::ifstream f("/proc/self/exe", std::ios::binary);
+  if (!f) return "unknown";
+  std::vector<char> buf(1 << 16);
+  std::uint64_t h = 1469598103934665603ull;
+  while (f) {
+    f.read(buf.data(), std::streamsize(buf.size()));
+    h = fnv1a(buf.data(), std::size_t(f.gcount()), h);
+  }
+  return hex(h);
+}
+
+// A rank other than 0 that knows rank 0 is reporting an error and ending the
+// job: it waits in a barrier rank 0 never enters, so the message is printed
+// before the abort reaches anyone.
+template <class Comm>
+[[noreturn]] void wait_for_abort(Comm& comm) {
+  comm.barrier();
+  comm.abort(2);
+}
+
+// Every rank's fingerprint (key = value lines) must equal rank 0's: a job whose
+// ranks run another binary, variant, flag or data would average gradients of
+// different runs. Refused on rank 0 with the first difference, naming both sides.
+template <class Comm>
+void check_ranks_agree(Comm& comm, const std::vector<std::pair<std::string, std::string>>& fingerprint) {
+  if (comm.size() == 1) return;
+  std::string mine;
+  for (const auto& [k, v] : fingerprint) mine += k + "=" + v + "\n";
+  const std::vector<std::string> all = comm.gather_strings(mine);
+  std::string problem;
+  if (comm.rank() == 0) {
+    auto split = [](const std::string& s) {
+      std::map<std::string, std::string> m;
+      std::size_t a = 0;
+      while (a < s.size()) {
+        const std::size_t e = s.find('\n', a), eq = s.find('=', a);
+        m[s.substr(a, eq - a)] = s.substr(eq + 1, e - eq - 1);
+        a = e + 1;
+      }
+      return m;
+    };
+    const auto ref = split(all[0]);
+    for (std::size_t r = 1; r < all.size() && problem.empty(); ++r) {
+      const auto other = split(all[r]);
+      for (const auto& [k, v] : fingerprint)
+        if (other.count(k) == 0 || other.at(k) != ref.at(k)) {
+          problem = "the ranks disagree on " + k + ": rank 0 has " + ref.at(k) + ", rank " + std::to_string(r) +
+                    " has " + (other.count(k) ? other.at(k) : std::string("nothing")) +
+                    " (every rank must run the same binary, variant, flags and data)";
+          break;
+        }
+    }
+  }
+  if (comm.broadcast_int(problem.empty() ? 0 : 1) != 0) {
+    if (comm.rank() == 0) throw Error(problem);
+    wait_for_abort(comm);
+  }
+}
+
+// The parameters every rank holds must stay bit-identical (same reduced
+// gradients, same optimizer step); checked at each checkpoint.
+template <class Comm, class Store>
+void check_parameters_agree(Comm& comm, const Store& params, std::int64_t step) {
+  if (comm.size() == 1) return;
+  const std::string h = hex(fnv1a(params.values().data(), params.values().size() * sizeof(params.values()[0])));
+  const std::vector<std::string> all = comm.gather_strings(h);
+  std::string problem;
+  if (comm.rank() == 0)
+    for (std::size_t r = 1; r < all.size(); ++r)
+      if (all[r] != all[0]) {
+        problem = "after step " + std::to_string(step) + " rank " + std::to_string(r) +
+                  "'s parameters differ from rank 0's (hash " + all[r] + " vs " + all[0] +
+                  "): the ranks' all-reduce did not give every rank the same sums";
+        break;
+      }
+  if (comm.broadcast_int(problem.empty() ? 0 : 1) != 0) {
+    if (comm.rank() == 0) throw Error(problem);
+    wait_for_abort(comm);
+  }
 }
 }  // namespace detail
 
@@ -277,41 +441,57 @@ double accumulate_gradients(Model& model, data::BatchSampler& sampler, const Tra
 // steps of the same work as training (o.accum micro-batches, clipping, AdamW,
 // constraint; no evaluation, no checkpoint); writes OUT/step_time.json
 // {"variant", "step_time_s": median, "steps", "tokens_per_step"} and nothing else.
-template <class Tag>
-int time_training(TrainOptions o) {
+template <class Tag, class Comm = dist::SingleProcess>
+int time_training(TrainOptions o, Comm& comm) {
   using Model = typename Tag::template model<float>;
   namespace fs = std::filesystem;
+  const bool lead = comm.rank() == 0;
+  if (!lead) o.quiet = true;
   if (o.out.empty()) throw Error("--time-steps needs --out (where step_time.json is written)");
   if (o.lr == 0) o.lr = Tag::default_lr;
   apply_variant_defaults<Model>(o);
   detail::set_threads(o);
-  const data::TokenData td = detail::load_training_data(o);
+  detail::DataParallel<Comm> dp(comm, o);
+  const data::TokenData td = detail::load_training_data_in_turn(o, comm);
   const ModelConfig mc = detail::model_config(o, td.vocab_size);
   data::BatchSampler sampler(td.train, o.batch, o.seq, o.seed, "train");
-  plan_run_memory<Model>(mc, o);
+  plan_run_memory<Model>(mc, detail::per_rank(o, dp));
   std::vector<std::int64_t> idx(static_cast<std::size_t>(o.batch * o.seq)), tgt(idx.size());
-  Model model(mc, o.batch, o.seq);
+  Model model(mc, dp.local_batch, o.seq);
   AdamWConfig oc;
   oc.weight_decay = o.weight_decay;
   AdamW<float> opt(model.params(), oc);
   model.init(o.seed);
-  std::vector<double> times;
+  std::vector<double> times, exposed;
   for (std::int64_t i = 0; i < o.time_steps + 2; ++i) {
     const auto ts = std::chrono::steady_clock::now();
-    detail::accumulate_gradients(model, sampler, o, idx, tgt);
+    detail::accumulate_gradients(model, sampler, o, idx, tgt, dp);
     clip_grad_norm(model.params(), o.grad_clip);
     opt.step(model.params(), o.lr);
     model.apply_constraint();
-    if (i >= 2) times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - ts).count());
+    if (i >= 2) {
+      // The ranks run in lockstep (each step ends in an all-reduce): their mean.
+      const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - ts).count();
+      times.push_back(dp.distributed() ? dp.mean(dt) : dt);
+      exposed.push_back(dp.exposed_s);
+    }
   }
-  std::sort(times.begin(), times.end());
-  const std::size_t n = times.size();
-  const double median = n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
+  auto median_of = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const std::size_t n = v.size();
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  };
+  const double median = median_of(times);
+  if (!lead) return 0;
   fs::create_directories(o.out);
-  const nlohmann::json j = {{"variant", std::string(Tag::name)},
-                            {"step_time_s", median},
-                            {"steps", o.time_steps},
-                            {"tokens_per_step", o.batch * o.seq * o.accum}};
+  nlohmann::json j = {{"variant", std::string(Tag::name)},
+                      {"step_time_s", median},
+                      {"steps", o.time_steps},
+                      {"tokens_per_step", o.batch * o.seq * o.accum}};
+  if (dp.distributed()) {
+    j["ranks"] = comm.size();
+    j["comm_exposed_s"] = median_of(exposed);
+  }
   detail::write_text_atomically(fs::path(o.out) / "step_time.json", j.dump(2) + "\n");
   if (!o.quiet)
     std::printf("train-%s: median step %.2f ms over %lld timed steps (%s)\n", std::string(Tag::name).c_str(),
@@ -319,23 +499,30 @@ int time_training(TrainOptions o) {
   return 0;
 }
 
-// Trains one variant. Returns the process exit code.
-template <class Tag>
-int run_training(TrainOptions o) {
+// Trains one variant, on one process or as one rank of a data-parallel job
+// (`comm`): every rank draws the same global batch and computes its rows; rank 0
+// alone prints and writes metrics, checkpoints and the summary. Returns the
+// process exit code.
+template <class Tag, class Comm = dist::SingleProcess>
+int run_training(TrainOptions o, Comm& comm) {
   using Model = typename Tag::template model<float>;
   namespace fs = std::filesystem;
+  const bool lead = comm.rank() == 0;
+  if (!lead) o.quiet = true;
   if (o.out.empty()) o.out = "runs/" + std::string(Tag::name);
   const fs::path ckpt = fs::path(o.out) / "ckpt.safetensors";
   const fs::path metrics_path = fs::path(o.out) / "metrics.jsonl";
   const fs::path summary_path = fs::path(o.out) / "summary.json";
   if (o.resume && o.overwrite) throw Error("--resume and --overwrite contradict each other: pick one");
-  if (!o.resume && (fs::exists(ckpt) || fs::exists(summary_path))) {
+  detail::DataParallel<Comm> dp(comm, o);
+  if (lead && !o.resume && (fs::exists(ckpt) || fs::exists(summary_path))) {
     // Never replace a run silently.
     if (!o.overwrite)
       throw Error("--out " + o.out + " already holds a run (" + (fs::exists(ckpt) ? ckpt : summary_path).string() +
                   "): pass --resume to continue it, or --overwrite to replace it");
     for (const fs::path& p : {ckpt, summary_path, metrics_path}) fs::remove(p);
   }
+  comm.barrier();  // rank 0 has refused or cleared --out before any rank reads it
   // Defaults the user did not set come from the checkpoint on resume: the warmup
   // (GPT's is steps/10, so a resume may grow --steps without changing it) and the
   // learning rates (whose defaults may have changed since the run started).
@@ -363,16 +550,16 @@ int run_training(TrainOptions o) {
   if (o.min_lr > o.lr) throw Error("--min-lr " + exact_string(o.min_lr) + " must not exceed --lr " + exact_string(o.lr));
   apply_variant_defaults<Model>(o);
   detail::set_threads(o);
-  const data::TokenData td = detail::load_training_data(o);
+  const data::TokenData td = detail::load_training_data_in_turn(o, comm);
   const ModelConfig mc = detail::model_config(o, td.vocab_size);
   data::BatchSampler sampler(td.train, o.batch, o.seq, o.seed, "train");
-  // Before anything of the run's size is allocated.
-  const RunMemory memory = plan_run_memory<Model>(mc, o);
+  // Before anything of the run's size is allocated (per rank: its share of the batch).
+  const RunMemory memory = plan_run_memory<Model>(mc, detail::per_rank(o, dp));
   // Fail on a too-short validation split now, not at the first evaluation.
   std::vector<std::int64_t> idx(static_cast<std::size_t>(o.batch * o.seq)), tgt(idx.size());
   data::eval_batch(td.val, o.batch, o.seq, 0, idx.data(), tgt.data(), "val");
 
-  Model model(mc, o.batch, o.seq);
+  Model model(mc, dp.local_batch, o.seq);
   AdamWConfig oc;
   oc.weight_decay = o.weight_decay;
   AdamW<float> opt(model.params(), oc);
@@ -392,7 +579,7 @@ int run_training(TrainOptions o) {
       {"run.accum", std::to_string(o.accum)}, {"run.seed", std::to_string(o.seed)},
       {"run.steps", std::to_string(o.steps)}};
 
-  fs::create_directories(o.out);
+  if (lead) fs::create_directories(o.out);
   std::int64_t start = 0;
   detail::TimeSpent before;  // earlier sessions of this run (resume)
   if (resumed) {
@@ -406,17 +593,45 @@ int run_training(TrainOptions o) {
     }
     start = checkpoint_int(f, "train.steps_done");
     // Temporary files of checkpoint writes a kill interrupted: never read, safe to drop.
-    for (const auto& e : fs::directory_iterator(o.out))
-      if (e.path().filename().string().rfind("ckpt.safetensors.tmp.", 0) == 0) fs::remove(e.path());
+    if (lead)
+      for (const auto& e : fs::directory_iterator(o.out))
+        if (e.path().filename().string().rfind("ckpt.safetensors.tmp.", 0) == 0) fs::remove(e.path());
     sampler.restore({checkpoint_uint(f, "train.sampler_seed"), checkpoint_uint(f, "train.sampler_batches")});
-    before = detail::truncate_metrics(metrics_path, start);
+    if (lead) before = detail::truncate_metrics(metrics_path, start);
     if (!o.quiet) std::printf("resumed from %s at step %lld\n", ckpt.c_str(), static_cast<long long>(start));
   } else {
     model.init(o.seed);
-    std::ofstream(metrics_path, std::ios::trunc);
+    if (lead) std::ofstream(metrics_path, std::ios::trunc);
   }
-  std::ofstream metrics(metrics_path, std::ios::app);
+  {
+    // What every rank must share: binary, variant, the run's flags and data, the
+    // data position and the parameters it starts from.
+    std::vector<std::pair<std::string, std::string>> fp = {
+        {"binary", detail::executable_hash()},
+        {"variant", std::string(Tag::name)},
+        {"data", td.description + " (" + detail::hex(detail::fnv1a(td.train.data(), td.train.size() * 2,
+                                                                   detail::fnv1a(td.val.data(), td.val.size() * 2))) +
+                     ")"},
+        {"d/layers/heads", std::to_string(o.d) + "/" + std::to_string(o.layers) + "/" + std::to_string(o.heads)},
+        {"steps", std::to_string(o.steps)},
+        {"eval-every/eval-batches/ckpt-every", std::to_string(o.eval_every) + "/" + std::to_string(o.eval_batches) +
+                                                   "/" + std::to_string(o.ckpt_every)},
+        {"out", fs::absolute(o.out).string()},
+        {"resume", o.resume ? "yes" : "no"},
+        {"stop-at", std::to_string(o.stop_at)},
+        {"on-nonfinite", o.on_nonfinite},
+        {"fault-nan-at", std::to_string(o.fault_nan_at)},
+        {"start step", std::to_string(start)},
+        {"parameters", detail::hex(detail::fnv1a(model.params().values().data(),
+                                                 model.params().values().size() * sizeof(float)))}};
+    for (const auto& [k, v] : run_meta) fp.emplace_back(k.substr(4), v);
+    detail::check_ranks_agree(comm, fp);
+  }
+  std::ofstream metrics;
+  if (lead) metrics.open(metrics_path, std::ios::app);
   auto save = [&](std::int64_t steps_done) {
+    detail::check_parameters_agree(comm, model.params(), steps_done);
+    if (!lead) return;
     auto meta = run_meta;
     const data::SamplerState st = sampler.state();
     meta["train.steps_done"] = std::to_string(steps_done);
@@ -429,9 +644,9 @@ int run_training(TrainOptions o) {
     double total = 0;
     for (std::int64_t i = 0; i < o.eval_batches; ++i) {
       data::eval_batch(td.val, o.batch, o.seq, i, idx.data(), tgt.data(), "val");
-      total += model.forward(idx.data(), tgt.data(), o.batch, o.seq);
+      total += model.forward(idx.data() + dp.row_offset, tgt.data() + dp.row_offset, dp.local_batch, o.seq);
     }
-    return total / double(o.eval_batches);
+    return dp.mean(total / double(o.eval_batches));
   };
 
   const bool tty = isatty(fileno(stdout)) && !o.quiet;
@@ -444,7 +659,12 @@ int run_training(TrainOptions o) {
                 (long long)o.steps);
   if (!o.quiet) {
     std::printf("learning rate: %g, %s; cosine to %g\n", o.lr, lr_source.c_str(), o.min_lr);
-    std::printf("memory: %s planned (%s)\n", detail::gib(memory.total()).c_str(), memory.breakdown().c_str());
+    std::printf("memory: %s planned%s (%s)\n", detail::gib(memory.total()).c_str(),
+                dp.distributed() ? " per rank" : "", memory.breakdown().c_str());
+    if (dp.distributed())
+      std::printf("data parallel: %d ranks, %lld of the %lld sequences of each micro-batch per rank; gradients "
+                  "all-reduced in buckets during backward\n",
+                  comm.size(), (long long)dp.local_batch, (long long)o.batch);
   }
   if (!o.quiet && std::isfinite(td.entropy_floor_nats))
     std::printf("data: entropy floor %.4f nats/token (the lowest loss any model can reach)\n",
@@ -457,18 +677,19 @@ int run_training(TrainOptions o) {
   for (std::int64_t step = start; step < o.steps; ++step) {
     const auto ts = clock::now();
     const double lr = sched.at(step);
-    const double loss = detail::accumulate_gradients(model, sampler, o, idx, tgt, o.fault_nan_at == step + 1);
+    const double loss = detail::accumulate_gradients(model, sampler, o, idx, tgt, dp, o.fault_nan_at == step + 1);
     const double gnorm = global_grad_norm(model.params());
     const std::int64_t done = step + 1;
     if (!std::isfinite(loss) || !std::isfinite(gnorm)) {
       const std::string what = std::string("non-finite ") + (std::isfinite(loss) ? "gradient norm" : "loss") +
                                 " at step " + std::to_string(done);
-      metrics << nlohmann::json{{"step", done}, {"event", what}}.dump() << '\n' << std::flush;
+      if (lead) metrics << nlohmann::json{{"step", done}, {"event", what}}.dump() << '\n' << std::flush;
       if (o.on_nonfinite == "skip") {
-        std::fprintf(stderr, "\n%s: update skipped (--on-nonfinite skip)\n", what.c_str());
+        if (lead) std::fprintf(stderr, "\n%s: update skipped (--on-nonfinite skip)\n", what.c_str());
         continue;
       }
-      std::fprintf(stderr, "\n%s: stopping; the last good checkpoint is kept at %s\n", what.c_str(), ckpt.c_str());
+      if (lead)
+        std::fprintf(stderr, "\n%s: stopping; the last good checkpoint is kept at %s\n", what.c_str(), ckpt.c_str());
       return 3;
     }
     clip_grad_norm(model.params(), o.grad_clip);
@@ -481,9 +702,13 @@ int run_training(TrainOptions o) {
                            {"train_loss", loss}, {"lr", lr},
                            {"grad_norm", gnorm}, {"step_time_s", dt},
                            {"tokens_per_s", double(tokens_per_step) / dt}, {"elapsed_s", elapsed}};
+    if (dp.distributed()) {
+      line["ranks"] = comm.size();
+      line["comm_exposed_s"] = dp.exposed_s;  // all-reduce time not hidden behind backward
+    }
     const bool eval_now = (o.eval_every > 0 && done % o.eval_every == 0) || done == o.steps;
     if (eval_now) line["val_loss"] = last_val = evaluate();
-    metrics << line.dump() << '\n' << std::flush;
+    if (lead) metrics << line.dump() << '\n' << std::flush;
     const double eta = step_time_sum / double(done - start) * double(o.steps - done);
     if (tty) {
       std::printf("\r[%lld/%lld] loss %.4f  val %s  %.0f tok/s  ETA %s   ", (long long)done, (long long)o.steps,
@@ -520,7 +745,8 @@ int run_training(TrainOptions o) {
                             {"data", td.description}};
   summary["entropy_floor_nats"] =
       std::isfinite(td.entropy_floor_nats) ? nlohmann::json(td.entropy_floor_nats) : nlohmann::json(nullptr);
-  detail::write_text_atomically(summary_path, summary.dump(2) + "\n");
+  if (dp.distributed()) summary["ranks"] = comm.size();
+  if (lead) detail::write_text_atomically(summary_path, summary.dump(2) + "\n");
   if (!o.quiet)
     std::printf("done: %lld steps, final val loss %.4f, %.1f s; checkpoint %s\n", (long long)o.steps, last_val, total,
                 ckpt.c_str());
@@ -667,14 +893,49 @@ inline std::optional<int> parse_train_command(int argc, const char* const* argv,
   return std::nullopt;
 }
 
-// main() of every train-<variant> executable.
-template <class Tag>
+// The communicator a trainer is built with: MPI where the build links it
+// (NORMLAB_HAVE_MPI; a process no launcher started is still a group of one),
+// else a single process.
+#ifdef NORMLAB_HAVE_MPI
+using default_communicator = dist::MpiComm;
+#else
+using default_communicator = dist::SingleProcess;
+#endif
+
+// main() of every train-<variant> executable. Under `mpirun -np N` (an MPI
+// build) the run is data parallel over N ranks with the same global --batch.
+template <class Tag, class Comm = default_communicator>
 int train_main(int argc, char** argv) {
+  std::optional<Comm> comm_storage;
+  try {
+    if constexpr (std::is_constructible_v<Comm, int*, char***>) comm_storage.emplace(&argc, &argv);
+    else comm_storage.emplace();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "train-%s: %s\n", std::string(Tag::name).c_str(), e.what());
+    return 2;
+  }
+  Comm& comm = *comm_storage;
   TrainCommand cmd;
   if (auto rc = parse_train_command(argc, argv, Tag::name, Tag::isolates, cmd, Tag::default_lr)) return *rc;
   TrainOptions& o = cmd.train;
   SampleOptions& so = cmd.sample;
+  // An error on any rank ends the whole job with its exit code (a rank left
+  // waiting in a collective would hang); the message names the rank.
+  auto fail = [&](int code, const std::string& msg) {
+    if (comm.size() > 1)
+      std::fprintf(stderr, "train-%s (rank %d of %d): %s\n", std::string(Tag::name).c_str(), comm.rank(),
+                   comm.size(), msg.c_str());
+    else
+      std::fprintf(stderr, "train-%s: %s\n", std::string(Tag::name).c_str(), msg.c_str());
+    if (comm.size() > 1) {
+      std::fflush(stderr);
+      comm.abort(code);
+    }
+    return code;
+  };
   try {
+    if (comm.size() > 1 && (cmd.sampling || cmd.dry_run))
+      throw Error(std::string(cmd.sampling ? "--sample" : "--dry-run") + " runs on one process: start it without mpirun");
     if (o.d % o.heads != 0 || (o.d / o.heads) % 2 != 0)
       throw Error("--d " + std::to_string(o.d) + " must be a multiple of --heads " + std::to_string(o.heads) +
                   " with an even head dimension");
@@ -694,15 +955,12 @@ int train_main(int argc, char** argv) {
                   std::string(Tag::name).c_str(), detail::gib(m.total()).c_str(), m.breakdown().c_str());
       return 0;
     }
-    if (o.time_steps > 0) return time_training<Tag>(o);
-    return run_training<Tag>(o);
+    if (o.time_steps > 0) return time_training<Tag>(o, comm);
+    return run_training<Tag>(o, comm);
   } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "train-%s: out of memory (an allocation failed although the plan fitted; lower --batch, "
-                 "--seq or --d)\n", std::string(Tag::name).c_str());
-    return 2;
+    return fail(2, "out of memory (an allocation failed although the plan fitted; lower --batch, --seq or --d)");
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "train-%s: %s\n", std::string(Tag::name).c_str(), e.what());
-    return 2;
+    return fail(2, e.what());
   }
 }
 

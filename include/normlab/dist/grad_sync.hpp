@@ -1,0 +1,68 @@
+#pragma once
+// GradientSync: sums a flat gradient buffer over the ranks of a Communicator in
+// buckets that start while backward is still running. Backward reports, as it
+// goes down the layers, the offset from which the gradients are final
+// (`ready(from)`: grads[from, n) will not change); each report that completes a
+// bucket of at least `min_bucket` values starts a nonblocking all-reduce of it,
+// and every report lets MPI progress the reductions already in flight. `finish`
+// waits for the rest and returns the time it waited: the communication that was
+// not hidden behind backward ("exposed").
+#include <chrono>
+#include <cstddef>
+#include <vector>
+
+#include "normlab/core/error.hpp"
+#include "normlab/dist/comm.hpp"
+
+namespace normlab::dist {
+
+template <class T, Communicator Comm>
+class GradientSync {
+ public:
+  // 256 Ki values (1 MiB of float32): large enough that a reduction's latency is
+  // paid a few times a step, small enough that the last layers' buckets start
+  // while the lower layers still run backward.
+  static constexpr std::size_t kDefaultMinBucket = std::size_t(1) << 18;
+
+  GradientSync(Comm& comm, std::size_t n, std::size_t min_bucket = kDefaultMinBucket)
+      : comm_(comm), n_(n), min_bucket_(min_bucket) {}
+
+  // Before the backward whose gradients are final (the last micro-batch).
+  void begin(T* grads) {
+    if (!reqs_.empty()) throw Error("GradientSync::begin: the previous step's reductions were not finished");
+    grads_ = grads;
+    pending_end_ = n_;
+    buckets_ = 0;
+  }
+  // grads[from, n) are final.
+  void ready(std::size_t from) {
+    if (!grads_) throw Error("GradientSync::ready before begin");
+    if (from > pending_end_) throw Error("GradientSync::ready: offsets must decrease as backward goes down");
+    if (pending_end_ - from >= min_bucket_ || (from == 0 && pending_end_ > 0)) {
+      reqs_.push_back(comm_.start_allreduce_sum(grads_ + from, pending_end_ - from));
+      pending_end_ = from;
+      ++buckets_;
+    }
+    comm_.progress(reqs_);
+  }
+  // Every gradient summed over the ranks; returns the seconds spent waiting.
+  double finish() {
+    if (!grads_) throw Error("GradientSync::finish before begin");
+    if (pending_end_ > 0) ready(0);
+    const auto t0 = std::chrono::steady_clock::now();
+    comm_.wait_all(reqs_);
+    grads_ = nullptr;
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  int buckets() const { return buckets_; }
+
+ private:
+  Comm& comm_;
+  std::size_t n_, min_bucket_;
+  T* grads_ = nullptr;
+  std::size_t pending_end_ = 0;
+  int buckets_ = 0;
+  std::vector<typename Comm::Request> reqs_;
+};
+
+}  // namespace normlab::dist

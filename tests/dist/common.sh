@@ -1,0 +1,15 @@
+# Shared by the data-parallel tests: how they launch MPI jobs.
+# Open MPI refuses root unless told (CI containers run as root); --oversubscribe
+# lets a 2-rank test run on a machine with fewer free cores.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# In sanitized builds: what Open MPI itself keeps allocated at exit is not normlab's.
+export LSAN_OPTIONS="${LSAN_OPTIONS:+$LSAN_OPTIONS:}suppressions=$(dirname "${BASH_SOURCE[0]}")/lsan.supp"
+mpi() {  # mpi N EXE ARGS...
+  local n=$1
+  shift
+  mpirun --oversubscribe -np "$n" "$@"
+}
+# The runs of every test: small enough for seconds, two layers so gradients
+# reach the all-reduce in several buckets.
+tiny=(--data synthetic --steps 20 --batch 4 --seq 64 --d 64 --layers 2 --heads 4
+      --eval-every 10 --eval-batches 2 --ckpt-every 5 --threads 1 --quiet)

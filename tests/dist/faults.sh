@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Faults of a data-parallel job:
+#  1. SIGKILL of one rank mid-run: every rank is gone and mpirun exits non-zero
+#     within 30 s; the last checkpoint is intact and the run resumes to the end.
+#  2. Ranks started with different flags: refused with exit 2, naming both sides.
+#  3. A global batch that does not split over the ranks: exit 2 with a sentence.
+#   faults.sh TRAIN_EXE WORKDIR
+set -uo pipefail
+exe=$1 work=$2
+source "$(dirname "$0")/common.sh"
+rm -rf "$work" && mkdir -p "$work"
+fail() { echo "faults: $*"; exit 1; }
+long=("${tiny[@]}" --steps 1000)
+
+# 1. SIGKILL one rank.
+mpirun --oversubscribe -np 2 "$exe" "${long[@]}" --out "$work/killed" > "$work/killed.log" 2>&1 &
+job=$!
+for _ in $(seq 1 6000); do [ -f "$work/killed/ckpt.safetensors" ] && break; sleep 0.01; done
+[ -f "$work/killed/ckpt.safetensors" ] || fail "no checkpoint appeared"
+victim=""
+for p in $(pgrep -f -- "--out $work/killed"); do
+  tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=1 && victim=$p
+done
+[ -n "$victim" ] || fail "rank 1 not found"
+kill -9 "$victim"
+t0=$(date +%s)
+while kill -0 "$job" 2>/dev/null && [ $(( $(date +%s) - t0 )) -le 30 ]; do sleep 0.1; done
+kill -0 "$job" 2>/dev/null && { kill -9 "$job"; fail "the job still runs 30 s after rank 1 was killed"; }
+wait "$job"
+rc=$?
+took=$(( $(date +%s) - t0 ))
+[ "$rc" -ne 0 ] || fail "mpirun exited 0 after a rank was killed"
+left=$(pgrep -f -- "--out $work/killed" || true)
+[ -z "$left" ] || fail "processes of the killed job are still alive: $left"
+[ ! -f "$work/killed/summary.json" ] || fail "the run finished before the kill (make it longer)"
+echo "faults: rank 1 SIGKILLed; job ended with exit $rc after ${took} s"
+mpirun --oversubscribe -np 2 "$exe" "${long[@]}" --resume --out "$work/killed" > "$work/resume.log" 2>&1 ||
+  { cat "$work/resume.log"; fail "resuming after the kill failed"; }
+grep -q '"final_val_loss"' "$work/killed/summary.json" || fail "the resumed run did not finish"
+echo "faults: the checkpoint was intact; the run resumed on 2 ranks and finished"
+
+# 2. Different flags on the two ranks (MPMD launch).
+mpirun --oversubscribe -np 1 "$exe" "${tiny[@]}" --lr 1e-3 --out "$work/mismatch" : \
+       -np 1 "$exe" "${tiny[@]}" --lr 3e-3 --out "$work/mismatch" > "$work/mismatch.log" 2>&1
+rc=$?
+[ "$rc" -eq 2 ] || { cat "$work/mismatch.log"; fail "mismatched flags: exit $rc, expected 2"; }
+grep -q "disagree on lr: rank 0 has 0.001, rank 1 has 0.003" "$work/mismatch.log" ||
+  { cat "$work/mismatch.log"; fail "mismatched flags: the message does not name both sides"; }
+echo "faults: mismatched --lr refused with exit 2: $(grep -o 'the ranks disagree on lr[^(]*' "$work/mismatch.log" | head -1)"
+
+# 3. --batch 3 over 2 ranks.
+mpirun --oversubscribe -np 2 "$exe" "${tiny[@]}" --batch 3 --out "$work/batch3" > "$work/batch3.log" 2>&1
+rc=$?
+[ "$rc" -eq 2 ] || { cat "$work/batch3.log"; fail "--batch 3 on 2 ranks: exit $rc, expected 2"; }
+grep -q "does not split over 2 ranks" "$work/batch3.log" || { cat "$work/batch3.log"; fail "--batch 3: no sentence"; }
+echo "faults: --batch 3 over 2 ranks refused with exit 2"
