@@ -1,6 +1,6 @@
-// dp_f64 VARIANT STEPS ACCUM OUT.jsonl: the driver's data-parallel step
-// (detail::accumulate_gradients over the MPI communicator, clipping, AdamW, the
-// weight constraint) in float64, on whatever ranks mpirun gives it. Rank 0
+// dp_f64 VARIANT STEPS ACCUM ZERO OUT.jsonl: the driver's data-parallel step
+// (detail::accumulate_gradients over the MPI communicator, then clipping, AdamW
+// and the weight constraint in DataParallel::update; ZERO = 1: ZeRO-1) in float64, on whatever ranks mpirun gives it. Rank 0
 // writes each step's loss and gradient norm; the same program on 1 and on 2
 // ranks must agree to 1e-10 (tests/dist/equivalence_f64.sh): in float64 the
 // only difference, the order of the gradient sums, is ~1e-16 relative.
@@ -14,14 +14,15 @@
 int main(int argc, char** argv) {
   using namespace normlab;
   dist::MpiComm comm(&argc, &argv);
-  if (argc != 5) {
-    std::fprintf(stderr, "usage: dp_f64 VARIANT STEPS ACCUM OUT.jsonl\n");
+  if (argc != 6) {
+    std::fprintf(stderr, "usage: dp_f64 VARIANT STEPS ACCUM ZERO OUT.jsonl\n");
     return 2;
   }
   const std::string variant = argv[1];
   TrainOptions o;
   o.steps = std::stoll(argv[2]);
   o.accum = std::stoll(argv[3]);
+  o.zero = std::stoi(argv[4]);
   o.batch = 4;
   o.seq = 32;
   o.d = 32;
@@ -37,15 +38,14 @@ int main(int argc, char** argv) {
     Model model(detail::model_config(o, td.vocab_size), dp.local_batch, o.seq);
     AdamWConfig oc;
     oc.weight_decay = keeps_unit_hidden<typename Model::scheme> ? 0.0 : 0.1;
-    AdamW<double> opt(model.params(), oc);
+    AdamW<double> opt = detail::make_optimizer(model, oc, dp, o);
     model.init(3);
     std::ofstream out;
-    if (comm.rank() == 0) out.open(argv[4], std::ios::trunc);
+    if (comm.rank() == 0) out.open(argv[5], std::ios::trunc);
     for (std::int64_t step = 1; step <= o.steps; ++step) {
       const double loss = detail::accumulate_gradients(model, sampler, o, idx, tgt, dp);
-      const double gnorm = clip_grad_norm(model.params(), 1.0);
-      opt.step(model.params(), 1e-2);
-      model.apply_constraint();
+      const double gnorm = dp.grad_norm(model.params());
+      dp.update(model, opt, 1.0, gnorm, 1e-2);
       if (comm.rank() == 0) {
         char line[160];
         std::snprintf(line, sizeof line, "{\"step\": %lld, \"train_loss\": %.17g, \"grad_norm\": %.17g}\n",

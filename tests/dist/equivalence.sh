@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Data parallelism changes no result: the same global batch on 2 ranks (one
 # thread each) and on 1 process gives the same losses step by step, with and
-# without gradient accumulation.
+# without gradient accumulation, with and without ZeRO-1 (--zero 1).
 #   equivalence.sh TRAIN_EXE COMPARE_METRICS WORKDIR
 # Tolerance 1e-5 on train and val loss (about 20 float32 ulps at loss 4): the
 # ranks' gradients are summed in another order (each rank's mean, then the
@@ -13,11 +13,14 @@ source "$(dirname "$0")/common.sh"
 rm -rf "$work" && mkdir -p "$work"
 for accum in 1 2; do
   "$exe" "${tiny[@]}" --accum $accum --out "$work/one_a$accum"
-  mpi 2 "$exe" "${tiny[@]}" --accum $accum --out "$work/two_a$accum"
-  "$compare" "$work/one_a$accum/metrics.jsonl" "$work/two_a$accum/metrics.jsonl" 1e-5 train_loss val_loss
-  "$compare" "$work/one_a$accum/metrics.jsonl" "$work/two_a$accum/metrics.jsonl" 1e-4 grad_norm
-  grep -q '"ranks": 2' "$work/two_a$accum/summary.json" || { echo "equivalence: summary.json does not record 2 ranks"; exit 1; }
-  grep -q '"comm_exposed_s"' "$work/two_a$accum/metrics.jsonl" || { echo "equivalence: metrics.jsonl lacks comm_exposed_s"; exit 1; }
-  if ls "$work/two_a$accum" | grep -q tmp; then echo "equivalence: a temporary file was left behind"; exit 1; fi
+  for zero in 0 1; do
+    two=$work/two_a${accum}_z$zero
+    mpi 2 "$exe" "${tiny[@]}" --accum $accum --zero $zero --out "$two"
+    "$compare" "$work/one_a$accum/metrics.jsonl" "$two/metrics.jsonl" 1e-5 train_loss val_loss
+    "$compare" "$work/one_a$accum/metrics.jsonl" "$two/metrics.jsonl" 1e-4 grad_norm
+    grep -q '"ranks": 2' "$two/summary.json" || { echo "equivalence: summary.json does not record 2 ranks"; exit 1; }
+    grep -q '"comm_exposed_s"' "$two/metrics.jsonl" || { echo "equivalence: metrics.jsonl lacks comm_exposed_s"; exit 1; }
+    if ls "$two" | grep -q tmp; then echo "equivalence: a temporary file was left behind"; exit 1; fi
+  done
 done
-echo "equivalence: 2 ranks = 1 process within 1e-5 (losses), accum 1 and 2"
+echo "equivalence: 2 ranks = 1 process within 1e-5 (losses), accum 1 and 2, with and without --zero 1"

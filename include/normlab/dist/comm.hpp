@@ -6,6 +6,7 @@
 //
 // Every collective is called by every rank in the same order with the same
 // sizes; a nonblocking one returns a Request that `test`/`wait_all` complete.
+#include <algorithm>
 #include <concepts>
 #include <cstddef>
 #include <cstdlib>
@@ -16,7 +17,8 @@ namespace normlab::dist {
 
 template <class C>
 concept Communicator = requires(C& c, const C& cc, float* f, double* d, std::size_t n, int code,
-                                std::vector<typename C::Request>& reqs, const std::string& s) {
+                                std::vector<typename C::Request>& reqs, const std::string& s,
+                                const std::vector<std::size_t>& shards) {
   { cc.rank() } -> std::convertible_to<int>;
   { cc.size() } -> std::convertible_to<int>;
   { c.barrier() };
@@ -25,6 +27,12 @@ concept Communicator = requires(C& c, const C& cc, float* f, double* d, std::siz
   { c.start_allreduce_sum(d, n) } -> std::same_as<typename C::Request>;
   { c.progress(reqs) };
   { c.wait_all(reqs) };
+  { c.start_reduce_sum(f, n, code) } -> std::same_as<typename C::Request>;
+  { c.start_reduce_sum(d, n, code) } -> std::same_as<typename C::Request>;
+  { c.allgather_shards(f, shards) };
+  { c.allgather_shards(d, shards) };
+  { c.gather_shards(f, f, shards) };
+  { c.gather_shards(d, d, shards) };
   { c.gather_strings(s) } -> std::same_as<std::vector<std::string>>;
   { c.broadcast_int(code) } -> std::convertible_to<int>;
   { c.abort(code) };
@@ -40,8 +48,20 @@ struct SingleProcess {
   double allreduce_sum(double x) { return x; }
   template <class T>
   Request start_allreduce_sum(T*, std::size_t) { return {}; }
+  template <class T>
+  Request start_reduce_sum(T*, std::size_t, int) { return {}; }
   void progress(std::vector<Request>&) {}
   void wait_all(std::vector<Request>& r) { r.clear(); }
+  // Sharded buffers (ZeRO-1): rank r owns [shards[r], shards[r+1]) of a buffer.
+  // allgather_shards: every rank's own piece to every rank, in place.
+  template <class T>
+  void allgather_shards(T*, const std::vector<std::size_t>&) {}
+  // gather_shards: this rank's piece (`mine`, shards[r+1] - shards[r] values)
+  // into `whole` on rank 0.
+  template <class T>
+  void gather_shards(const T* mine, T* whole, const std::vector<std::size_t>& shards) {
+    std::copy(mine, mine + (shards[1] - shards[0]), whole + shards[0]);
+  }
   // Every rank's string, in rank order, on rank 0 (empty elsewhere).
   std::vector<std::string> gather_strings(const std::string& s) { return {s}; }
   int broadcast_int(int x) { return x; }  // rank 0's value on every rank

@@ -7,6 +7,12 @@
 // and every report lets MPI progress the reductions already in flight. `finish`
 // waits for the rest and returns the time it waited: the communication that was
 // not hidden behind backward ("exposed").
+//
+// With `shards` (ZeRO-1: rank r owns [shards[r], shards[r+1])), each bucket is
+// reduced to the owners of its pieces instead of to everyone: a reduce-scatter
+// in the order backward produces the gradients; only the owner's piece holds the
+// sum afterwards.
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <vector>
@@ -24,8 +30,13 @@ class GradientSync {
   // while the lower layers still run backward.
   static constexpr std::size_t kDefaultMinBucket = std::size_t(1) << 18;
 
-  GradientSync(Comm& comm, std::size_t n, std::size_t min_bucket = kDefaultMinBucket)
-      : comm_(comm), n_(n), min_bucket_(min_bucket) {}
+  GradientSync(Comm& comm, std::size_t n, const std::vector<std::size_t>* shards = nullptr,
+               std::size_t min_bucket = kDefaultMinBucket)
+      : comm_(comm), n_(n), min_bucket_(min_bucket), shards_(shards) {
+    if (shards && (shards->size() != std::size_t(comm.size()) + 1 || shards->back() != n))
+      throw Error("GradientSync: shard bounds do not cover the " + std::to_string(n) + " gradients over " +
+                  std::to_string(comm.size()) + " ranks");
+  }
 
   // Before the backward whose gradients are final (the last micro-batch).
   void begin(T* grads) {
@@ -39,7 +50,15 @@ class GradientSync {
     if (!grads_) throw Error("GradientSync::ready before begin");
     if (from > pending_end_) throw Error("GradientSync::ready: offsets must decrease as backward goes down");
     if (pending_end_ - from >= min_bucket_ || (from == 0 && pending_end_ > 0)) {
-      reqs_.push_back(comm_.start_allreduce_sum(grads_ + from, pending_end_ - from));
+      if (!shards_) {
+        reqs_.push_back(comm_.start_allreduce_sum(grads_ + from, pending_end_ - from));
+      } else {
+        for (int r = 0; r < comm_.size(); ++r) {
+          const std::size_t a = std::max(from, (*shards_)[std::size_t(r)]);
+          const std::size_t b = std::min(pending_end_, (*shards_)[std::size_t(r) + 1]);
+          if (a < b) reqs_.push_back(comm_.start_reduce_sum(grads_ + a, b - a, r));
+        }
+      }
       pending_end_ = from;
       ++buckets_;
     }
@@ -59,6 +78,7 @@ class GradientSync {
  private:
   Comm& comm_;
   std::size_t n_, min_bucket_;
+  const std::vector<std::size_t>* shards_;
   T* grads_ = nullptr;
   std::size_t pending_end_ = 0;
   int buckets_ = 0;

@@ -8,6 +8,7 @@
 // one: `train-gpt` alone behaves exactly as a build without MPI.
 #include <mpi.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <limits>
 #include <type_traits>
@@ -75,10 +76,41 @@ class MpiComm {
   Request start_allreduce_sum(T* buf, std::size_t n) {
     Request r = MPI_REQUEST_NULL;
     if (!active_ || n == 0) return r;
-    if (n > std::size_t(std::numeric_limits<int>::max()))
-      throw Error("MpiComm: a bucket of " + std::to_string(n) + " values exceeds MPI's int count");
-    check(MPI_Iallreduce(MPI_IN_PLACE, buf, int(n), mpi_type<T>(), MPI_SUM, MPI_COMM_WORLD, &r), "MPI_Iallreduce");
+    check(MPI_Iallreduce(MPI_IN_PLACE, buf, checked_count(n), mpi_type<T>(), MPI_SUM, MPI_COMM_WORLD, &r),
+          "MPI_Iallreduce");
     return r;
+  }
+  // Sums buf[0, n) over the ranks into rank `root`'s buf, without blocking
+  // (the other ranks' buf is only read).
+  template <class T>
+  Request start_reduce_sum(T* buf, std::size_t n, int root) {
+    Request r = MPI_REQUEST_NULL;
+    if (!active_ || n == 0) return r;
+    const int count = checked_count(n);
+    const void* send = rank_ == root ? MPI_IN_PLACE : static_cast<const void*>(buf);
+    check(MPI_Ireduce(send, buf, count, mpi_type<T>(), MPI_SUM, root, MPI_COMM_WORLD, &r), "MPI_Ireduce");
+    return r;
+  }
+  template <class T>
+  void allgather_shards(T* buf, const std::vector<std::size_t>& shards) {
+    if (!active_) return;
+    std::vector<int> counts, displs;
+    layout(shards, counts, displs);
+    check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts.data(), displs.data(), mpi_type<T>(),
+                         MPI_COMM_WORLD),
+          "MPI_Allgatherv");
+  }
+  template <class T>
+  void gather_shards(const T* mine, T* whole, const std::vector<std::size_t>& shards) {
+    if (!active_) {
+      std::copy(mine, mine + (shards[1] - shards[0]), whole + shards[0]);
+      return;
+    }
+    std::vector<int> counts, displs;
+    layout(shards, counts, displs);
+    check(MPI_Gatherv(mine, counts[std::size_t(rank_)], mpi_type<T>(), whole, counts.data(), displs.data(),
+                      mpi_type<T>(), 0, MPI_COMM_WORLD),
+          "MPI_Gatherv");
   }
   // Lets MPI advance outstanding reductions (Open MPI has no progress thread by default).
   void progress(std::vector<Request>& reqs) {
@@ -119,6 +151,20 @@ class MpiComm {
   }
 
  private:
+  static int checked_count(std::size_t n) {
+    if (n > std::size_t(std::numeric_limits<int>::max()))
+      throw Error("MpiComm: " + std::to_string(n) + " values in one collective exceed MPI's int count");
+    return int(n);
+  }
+  void layout(const std::vector<std::size_t>& shards, std::vector<int>& counts, std::vector<int>& displs) const {
+    if (shards.size() != std::size_t(size_) + 1)
+      throw Error("MpiComm: " + std::to_string(shards.size()) + " shard bounds for " + std::to_string(size_) + " ranks");
+    checked_count(shards.back());
+    for (int r = 0; r < size_; ++r) {
+      counts.push_back(int(shards[std::size_t(r) + 1] - shards[std::size_t(r)]));
+      displs.push_back(int(shards[std::size_t(r)]));
+    }
+  }
   static void check(int rc, const char* what) {
     if (rc == MPI_SUCCESS) return;
     char msg[MPI_MAX_ERROR_STRING];

@@ -35,7 +35,21 @@ struct AdamWConfig {
 template <class T>
 class AdamW {
  public:
-  AdamW(const ParamStore<T>& store, AdamWConfig cfg) : cfg_(cfg), m_(store.size(), T(0)), v_(store.size(), T(0)) {
+  AdamW(const ParamStore<T>& store, AdamWConfig cfg) : AdamW(store, cfg, 0, store.size()) {}
+  // A shard (ZeRO-1): moments only for the parameters in [begin, end) of the
+  // store, whose bounds fall between tensors; step() updates those tensors only.
+  AdamW(const ParamStore<T>& store, AdamWConfig cfg, std::size_t begin, std::size_t end)
+      : cfg_(cfg), begin_(begin), end_(end), total_(store.size()) {
+    if (begin > end || end > store.size())
+      throw Error("AdamW: shard [" + std::to_string(begin) + ", " + std::to_string(end) + ") outside the " +
+                  std::to_string(store.size()) + " parameters");
+    for (const ParamSpec& s : store.specs()) {
+      const std::size_t a = s.offset, b = s.offset + s.numel;
+      if ((a < begin && b > begin) || (a < end && b > end))
+        throw Error("AdamW: shard [" + std::to_string(begin) + ", " + std::to_string(end) + ") cuts tensor " + s.name);
+    }
+    m_.assign(end - begin, T(0));
+    v_.assign(end - begin, T(0));
     for (auto& g : groups_) g.eps = cfg.eps;
     group(ParamRole::matrix).weight_decay = cfg.weight_decay;
   }
@@ -48,18 +62,23 @@ class AdamW {
   const aligned_vector<T>& exp_avg() const { return m_; }
   const aligned_vector<T>& exp_avg_sq() const { return v_; }
   void set_steps_taken(std::int64_t t) { t_ = t; }
+  // The parameters this optimizer updates ([0, size) unless a shard); the
+  // moments above are indexed from shard_begin().
+  std::size_t shard_begin() const { return begin_; }
+  std::size_t shard_end() const { return end_; }
 
   // One update of every parameter in `store` with the gradients it holds.
   void step(ParamStore<T>& store, double lr) {
-    if (store.size() != m_.size())
+    if (store.size() != total_)
       throw Error("AdamW::step: parameter store has " + std::to_string(store.size()) +
-                  " values but the optimizer state was built for " + std::to_string(m_.size()));
+                  " values but the optimizer state was built for " + std::to_string(total_));
     ++t_;
     const double bc1 = 1.0 - std::pow(cfg_.beta1, double(t_));
     const double bc2 = 1.0 - std::pow(cfg_.beta2, double(t_));
     const T b1 = T(cfg_.beta1), b2 = T(cfg_.beta2);
     const T sqrt_bc2 = T(std::sqrt(bc2));
     for (const ParamSpec& s : store.specs()) {
+      if (s.offset < begin_ || s.offset >= end_) continue;  // another rank's shard
       const GroupSettings& g = group(s.role);
       const double glr = lr * g.lr_mult;
       const T decay = T(1.0 - glr * g.weight_decay);
@@ -68,8 +87,8 @@ class AdamW {
       const bool decayed = g.weight_decay != 0.0;
       T* p = store.value(s.offset);
       const T* gr = store.grad(s.offset);
-      T* m = m_.data() + s.offset;
-      T* v = v_.data() + s.offset;
+      T* m = m_.data() + (s.offset - begin_);
+      T* v = v_.data() + (s.offset - begin_);
       // Chunks of Eigen arrays: vectorized sqrt/div, elementwise so any split gives the same bits.
       const std::int64_t n = static_cast<std::int64_t>(s.numel);
       constexpr std::int64_t kChunk = 1 << 14;
@@ -91,6 +110,7 @@ class AdamW {
  private:
   AdamWConfig cfg_;
   std::array<GroupSettings, kParamRoles> groups_{};
+  std::size_t begin_ = 0, end_ = 0, total_ = 0;
   aligned_vector<T> m_, v_;
   std::int64_t t_ = 0;
 };

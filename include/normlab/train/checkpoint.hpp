@@ -133,6 +133,8 @@ void save_checkpoint(const std::filesystem::path& path, const Model& model, cons
   w.set_metadata("mlp_output_factor", exact_string(model.mlp_output_factor()));
   for (const auto& [k, v] : extra_metadata) w.set_metadata(k, v);
   const auto& store = model.params();
+  if (opt && (opt->shard_begin() != 0 || opt->shard_end() != store.size()))
+    throw Error("save_checkpoint: the optimizer holds a ZeRO shard; gather its moments into a whole AdamW first");
   for (const ParamSpec& s : store.specs()) {
     w.add<T>(s.name, s.shape, std::span<const T>(store.value(s.offset), s.numel));
     if (opt) {

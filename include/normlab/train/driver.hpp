@@ -67,6 +67,7 @@ struct TrainOptions {
   bool resume = false;
   bool overwrite = false;            // replace an existing run in --out
   int threads = 0;                   // 0: OpenMP's default
+  int zero = 0;                      // 1: ZeRO-1, AdamW moments sharded over the ranks
   std::int64_t stop_at = 0;          // stop after this many steps, as if interrupted
   std::string on_nonfinite = "stop"; // stop | skip
   std::int64_t fault_nan_at = 0;     // testing: poison a gradient at this step (1-based)
@@ -270,6 +271,9 @@ struct DataParallel {
   std::int64_t row_offset = 0;   // rank·b·seq: this rank's first token in the global batch
   double exposed_s = 0;          // the last step's communication not hidden behind backward
   int buckets = 0;               // the last step's all-reduce buckets
+  // ZeRO-1 (--zero 1 on 2+ ranks): rank r owns parameters [shards[r], shards[r+1])
+  // (whole tensors): their reduced gradients, AdamW moments and update.
+  std::vector<std::size_t> shards;
   DataParallel(Comm& c, const TrainOptions& o) : comm(c) {
     const int ranks = c.size();
     if (o.batch % ranks != 0)
@@ -279,9 +283,81 @@ struct DataParallel {
     row_offset = std::int64_t(c.rank()) * local_batch * o.seq;
   }
   bool distributed() const { return comm.size() > 1; }
+  bool zero() const { return !shards.empty(); }
+  std::size_t shard_begin() const { return shards[std::size_t(comm.rank())]; }
+  std::size_t shard_end() const { return shards[std::size_t(comm.rank()) + 1]; }
   // The mean over ranks of a per-rank mean (identity on one process).
   double mean(double x) { return distributed() ? comm.allreduce_sum(x) / double(comm.size()) : x; }
+
+  // Cuts the parameters into one contiguous shard per rank at tensor bounds,
+  // each bound the tensor boundary nearest an equal split.
+  template <class Store>
+  void make_shards(const Store& store) {
+    std::vector<std::size_t> cuts;
+    for (const ParamSpec& s : store.specs()) cuts.push_back(s.offset);
+    cuts.push_back(store.size());
+    const int n = comm.size();
+    shards.assign(1, 0);
+    for (int r = 1; r < n; ++r) {
+      const double want = double(store.size()) * double(r) / double(n);
+      std::size_t best = shards.back();
+      for (std::size_t c : cuts)
+        if (c >= shards.back() && std::fabs(double(c) - want) < std::fabs(double(best) - want)) best = c;
+      shards.push_back(best);
+    }
+    shards.push_back(store.size());
+  }
+  // The global gradient norm: of every gradient, or (ZeRO-1) the sum over ranks
+  // of each owner's reduced piece.
+  template <class Store>
+  double grad_norm(const Store& store) {
+    if (!zero()) return global_grad_norm(store);
+    const auto* g = store.grad();
+    double ss = 0;
+    for (std::size_t i = shard_begin(); i < shard_end(); ++i) ss += double(g[i]) * double(g[i]);
+    return std::sqrt(comm.allreduce_sum(ss));
+  }
+  // Clipping, the optimizer step and the constraint. Under ZeRO-1 each rank
+  // clips and updates its shard, then the parameters are all-gathered; the
+  // constraint (unit or bounded rows/columns, per tensor) then runs on the
+  // gathered parameters, the same on every rank.
+  template <class Model, class Opt>
+  void update(Model& model, Opt& opt, double max_norm, double norm, double lr) {
+    auto& store = model.params();
+    if (!zero()) {
+      clip_grad_norm(store, max_norm);
+    } else if (max_norm > 0) {
+      const double coef = std::min(1.0, max_norm / (norm + 1e-6));
+      auto* g = store.grad();
+      if (coef < 1.0)
+        for (std::size_t i = shard_begin(); i < shard_end(); ++i) g[i] *= std::remove_reference_t<decltype(*g)>(coef);
+    }
+    opt.step(store, lr);
+    if (zero()) comm.allgather_shards(store.values().data(), shards);
+    model.apply_constraint();
+  }
+  // ZeRO-1: the whole optimizer state on rank 0 (for its checkpoint; elsewhere empty).
+  template <class Store, class T>
+  std::optional<AdamW<T>> gather_optimizer(const Store& store, const AdamW<T>& opt, AdamWConfig cfg) {
+    std::optional<AdamW<T>> whole;
+    if (comm.rank() == 0) whole.emplace(store, cfg);
+    comm.gather_shards(opt.exp_avg().data(), whole ? whole->exp_avg().data() : nullptr, shards);
+    comm.gather_shards(opt.exp_avg_sq().data(), whole ? whole->exp_avg_sq().data() : nullptr, shards);
+    if (whole) whole->set_steps_taken(opt.steps_taken());
+    return whole;
+  }
 };
+
+// The run's AdamW: over every parameter, or (--zero 1 on 2+ ranks) over this
+// rank's shard, the shards cut first.
+template <class Model, class Comm, class T = typename Model::scalar_type>
+AdamW<T> make_optimizer(Model& model, const AdamWConfig& oc, DataParallel<Comm>& dp, const TrainOptions& o) {
+  if (o.zero == 1 && dp.distributed()) {
+    dp.make_shards(model.params());
+    return AdamW<T>(model.params(), oc, dp.shard_begin(), dp.shard_end());
+  }
+  return AdamW<T>(model.params(), oc);
+}
 
 // The options a rank plans its memory with: its share of the batch.
 template <class Comm>
@@ -318,7 +394,7 @@ double accumulate_gradients(Model& model, data::BatchSampler& sampler, const Tra
     sampler.next(idx.data(), tgt.data());
     loss += model.forward(x, y, dp.local_batch, o.seq);
     if (dp.distributed() && m + 1 == o.accum) {
-      dist::GradientSync<T, Comm> sync(dp.comm, grads.size());
+      dist::GradientSync<T, Comm> sync(dp.comm, grads.size(), dp.zero() ? &dp.shards : nullptr);
       sync.begin(grads.data());
       model.backward(m > 0, [&](std::size_t from) { sync.ready(from); });
       dp.exposed_s = sync.finish();
@@ -333,7 +409,8 @@ double accumulate_gradients(Model& model, data::BatchSampler& sampler, const Tra
     // Each rank's gradient is the mean over its rows; the global mean is the
     // mean over ranks (equal row counts), as is the loss.
     const T inv = T(1) / T(double(o.accum) * double(dp.comm.size()));
-    for (T& g : grads) g *= inv;
+    const std::size_t a = dp.zero() ? dp.shard_begin() : 0, b = dp.zero() ? dp.shard_end() : grads.size();
+    for (std::size_t i = a; i < b; ++i) grads[i] *= inv;  // under ZeRO-1 only this rank's piece holds sums
     loss = dp.mean(loss);
   } else if (o.accum > 1) {
     for (T& g : grads) g /= T(o.accum);
@@ -460,15 +537,13 @@ int time_training(TrainOptions o, Comm& comm) {
   Model model(mc, dp.local_batch, o.seq);
   AdamWConfig oc;
   oc.weight_decay = o.weight_decay;
-  AdamW<float> opt(model.params(), oc);
+  AdamW<float> opt = detail::make_optimizer(model, oc, dp, o);
   model.init(o.seed);
   std::vector<double> times, exposed;
   for (std::int64_t i = 0; i < o.time_steps + 2; ++i) {
     const auto ts = std::chrono::steady_clock::now();
     detail::accumulate_gradients(model, sampler, o, idx, tgt, dp);
-    clip_grad_norm(model.params(), o.grad_clip);
-    opt.step(model.params(), o.lr);
-    model.apply_constraint();
+    dp.update(model, opt, o.grad_clip, dp.zero() ? dp.grad_norm(model.params()) : 0.0, o.lr);
     if (i >= 2) {
       // The ranks run in lockstep (each step ends in an all-reduce): their mean.
       const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - ts).count();
@@ -554,7 +629,7 @@ int run_training(TrainOptions o, Comm& comm) {
   const ModelConfig mc = detail::model_config(o, td.vocab_size);
   data::BatchSampler sampler(td.train, o.batch, o.seq, o.seed, "train");
   // Before anything of the run's size is allocated (per rank: its share of the batch).
-  const RunMemory memory = plan_run_memory<Model>(mc, detail::per_rank(o, dp));
+  RunMemory memory = plan_run_memory<Model>(mc, detail::per_rank(o, dp));
   // Fail on a too-short validation split now, not at the first evaluation.
   std::vector<std::int64_t> idx(static_cast<std::size_t>(o.batch * o.seq)), tgt(idx.size());
   data::eval_batch(td.val, o.batch, o.seq, 0, idx.data(), tgt.data(), "val");
@@ -562,7 +637,8 @@ int run_training(TrainOptions o, Comm& comm) {
   Model model(mc, dp.local_batch, o.seq);
   AdamWConfig oc;
   oc.weight_decay = o.weight_decay;
-  AdamW<float> opt(model.params(), oc);
+  AdamW<float> opt = detail::make_optimizer(model, oc, dp, o);
+  if (dp.zero()) memory.optimizer = 2.0 * sizeof(float) * double(dp.shard_end() - dp.shard_begin());
   LrSchedule sched;
   sched.kind = LrSchedule::Kind::warmup_cosine;
   sched.lr = o.lr;
@@ -584,7 +660,18 @@ int run_training(TrainOptions o, Comm& comm) {
   detail::TimeSpent before;  // earlier sessions of this run (resume)
   if (resumed) {
     const io::SafetensorsFile& f = *resumed;
-    load_checkpoint(f, model, &opt);
+    if (dp.zero()) {
+      // The whole state, then this rank's piece of the moments.
+      AdamW<float> whole(model.params(), oc);
+      load_checkpoint(f, model, &whole);
+      std::copy(whole.exp_avg().begin() + std::ptrdiff_t(dp.shard_begin()),
+                whole.exp_avg().begin() + std::ptrdiff_t(dp.shard_end()), opt.exp_avg().begin());
+      std::copy(whole.exp_avg_sq().begin() + std::ptrdiff_t(dp.shard_begin()),
+                whole.exp_avg_sq().begin() + std::ptrdiff_t(dp.shard_end()), opt.exp_avg_sq().begin());
+      opt.set_steps_taken(whole.steps_taken());
+    } else {
+      load_checkpoint(f, model, &opt);
+    }
     for (const auto& [k, v] : run_meta) {
       if (k == "run.steps") continue;  // a resume may extend the run
       const std::string got = f.metadata().count(k) ? f.metadata_value(k) : "<none>";
@@ -621,6 +708,7 @@ int run_training(TrainOptions o, Comm& comm) {
         {"stop-at", std::to_string(o.stop_at)},
         {"on-nonfinite", o.on_nonfinite},
         {"fault-nan-at", std::to_string(o.fault_nan_at)},
+        {"zero", std::to_string(o.zero)},
         {"start step", std::to_string(start)},
         {"parameters", detail::hex(detail::fnv1a(model.params().values().data(),
                                                  model.params().values().size() * sizeof(float)))}};
@@ -631,6 +719,8 @@ int run_training(TrainOptions o, Comm& comm) {
   if (lead) metrics.open(metrics_path, std::ios::app);
   auto save = [&](std::int64_t steps_done) {
     detail::check_parameters_agree(comm, model.params(), steps_done);
+    std::optional<AdamW<float>> whole;
+    if (dp.zero()) whole = dp.gather_optimizer(model.params(), opt, oc);
     if (!lead) return;
     auto meta = run_meta;
     const data::SamplerState st = sampler.state();
@@ -638,7 +728,7 @@ int run_training(TrainOptions o, Comm& comm) {
     meta["train.sampler_seed"] = std::to_string(st.seed);
     meta["train.sampler_batches"] = std::to_string(st.batches_drawn);
     meta["train.tokens"] = std::to_string(steps_done * o.batch * o.seq * o.accum);
-    save_checkpoint(ckpt, model, &opt, meta);
+    save_checkpoint(ckpt, model, whole ? &*whole : &opt, meta);
   };
   auto evaluate = [&] {
     double total = 0;
@@ -663,8 +753,17 @@ int run_training(TrainOptions o, Comm& comm) {
                 dp.distributed() ? " per rank" : "", memory.breakdown().c_str());
     if (dp.distributed())
       std::printf("data parallel: %d ranks, %lld of the %lld sequences of each micro-batch per rank; gradients "
-                  "all-reduced in buckets during backward\n",
-                  comm.size(), (long long)dp.local_batch, (long long)o.batch);
+                  "%s in buckets during backward\n",
+                  comm.size(), (long long)dp.local_batch, (long long)o.batch,
+                  dp.zero() ? "reduce-scattered to their shard's owner" : "all-reduced");
+    if (dp.zero()) {
+      std::string per;
+      for (int r = 0; r < comm.size(); ++r)
+        per += (r ? ", " : "") + std::string("rank ") + std::to_string(r) + " " +
+               detail::gib(8.0 * double(dp.shards[std::size_t(r) + 1] - dp.shards[std::size_t(r)]));
+      std::printf("ZeRO-1: AdamW moments sharded by whole tensors: %s (unsharded %s each)\n", per.c_str(),
+                  detail::gib(8.0 * double(model.params().size())).c_str());
+    }
   }
   if (!o.quiet && std::isfinite(td.entropy_floor_nats))
     std::printf("data: entropy floor %.4f nats/token (the lowest loss any model can reach)\n",
@@ -678,7 +777,7 @@ int run_training(TrainOptions o, Comm& comm) {
     const auto ts = clock::now();
     const double lr = sched.at(step);
     const double loss = detail::accumulate_gradients(model, sampler, o, idx, tgt, dp, o.fault_nan_at == step + 1);
-    const double gnorm = global_grad_norm(model.params());
+    const double gnorm = dp.grad_norm(model.params());
     const std::int64_t done = step + 1;
     if (!std::isfinite(loss) || !std::isfinite(gnorm)) {
       const std::string what = std::string("non-finite ") + (std::isfinite(loss) ? "gradient norm" : "loss") +
@@ -692,9 +791,7 @@ int run_training(TrainOptions o, Comm& comm) {
         std::fprintf(stderr, "\n%s: stopping; the last good checkpoint is kept at %s\n", what.c_str(), ckpt.c_str());
       return 3;
     }
-    clip_grad_norm(model.params(), o.grad_clip);
-    opt.step(model.params(), lr);
-    model.apply_constraint();
+    dp.update(model, opt, o.grad_clip, gnorm, lr);
     const double dt = std::chrono::duration<double>(clock::now() - ts).count();
     step_time_sum += dt;
     const double elapsed = before.elapsed_s + std::chrono::duration<double>(clock::now() - t0).count();
@@ -865,6 +962,10 @@ inline std::optional<int> parse_train_command(int argc, const char* const* argv,
   app.add_flag("--resume", o.resume, "continue from OUT/ckpt.safetensors");
   app.add_flag("--overwrite", o.overwrite, "replace a run already in OUT (without it, an existing run is refused)");
   app.add_option("--threads", o.threads, "OpenMP threads (0 = default)")->capture_default_str()->check(integer(0, 1024));
+  app.add_option("--zero", o.zero,
+                 "1: ZeRO-1 under mpirun, AdamW moments sharded over the ranks by whole tensors (0 = every rank "
+                 "holds all; on one process 1 changes nothing)")
+      ->capture_default_str()->check(integer(0, 1));
   std::string max_memory;
   app.add_option("--max-memory", max_memory, "refuse a run planned above this size (e.g. 8G; default: the memory available)")
       ->check(byte_size());
