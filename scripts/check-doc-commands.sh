@@ -5,7 +5,9 @@
 #   * `build/train-<v> ...`,          run with --dry-run appended: every flag is
 #     `build/normlab-ablate ...`      parsed and validated, the memory planned,
 #                                     nothing trained (the tools' own dry runs);
-#   * `VAR=... bash scripts/...`     the same, the assignments ignored.
+#   * `VAR=... bash scripts/...`     the same, the assignments ignored;
+#   * `mpirun -np N build/train-<v> ...`  the trainer's flags, as above (a dry run
+#                                     is one process; the launcher is not run).
 # Other lines (cmake, C++ and CMake snippets, commands that need a trained
 # checkpoint) are counted and listed as not checked.
 #   bash scripts/check-doc-commands.sh BUILD_DIR
@@ -17,6 +19,8 @@ check() {  # file, line
   local file=$1 line=$2 cmd
   cmd=$(sed -E 's/^([A-Z_]+=[^ ]+ +)+//' <<<"$line")  # drop leading VAR=value assignments
   cmd=${cmd%%#*}                                        # drop a trailing comment
+  # A launcher's prefix (mpirun -np 2 ..., srun ...): the trainer's own flags are checked.
+  if [[ $cmd =~ ^(mpirun|mpiexec|srun)\ .*\ ((\./)?build/train-.*)$ ]]; then cmd=${BASH_REMATCH[2]}; fi
   if [[ $cmd =~ ^bash\ scripts/([A-Za-z0-9_.-]+\.sh) ]]; then
     local s=scripts/${BASH_REMATCH[1]}
     if [ -f "$s" ] && bash -n "$s"; then checked=$((checked + 1)); else echo "FAIL $file: $line (no such script or syntax error)"; failed=$((failed + 1)); fi
