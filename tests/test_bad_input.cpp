@@ -112,6 +112,7 @@ TEST_CASE("bad input: every flag family of a trainer is refused at parse time wi
       {{"--warmup", "-2"}, "--warmup: must be a non-negative integer, got -2"},
       {{"--threads", "-3"}, "--threads: must be an integer from 0 to 1024, got -3"},
       {{"--threads", "5000"}, "--threads: must be an integer from 0 to 1024"},
+      {{"--zero", "2"}, "--zero: must be an integer from 0 to 1, got 2"},
       {{"--vocab", "0"}, "--vocab: must be an integer from 1 to 65536"},
       {{"--seed", "-1"}, "--seed: must be a non-negative integer"},
       {{"--eval-batches", "0"}, "--eval-batches: must be a positive integer"},

@@ -4,6 +4,7 @@
 #     within 30 s; the last checkpoint is intact and the run resumes to the end.
 #  2. Ranks started with different flags: refused with exit 2, naming both sides.
 #  3. A global batch that does not split over the ranks: exit 2 with a sentence.
+#  4. --sample (one process by nature) under mpirun: exit 2 with a sentence.
 #   faults.sh TRAIN_EXE WORKDIR
 set -uo pipefail
 exe=$1 work=$2
@@ -54,3 +55,10 @@ rc=$?
 [ "$rc" -eq 2 ] || { cat "$work/batch3.log"; fail "--batch 3 on 2 ranks: exit $rc, expected 2"; }
 grep -q "does not split over 2 ranks" "$work/batch3.log" || { cat "$work/batch3.log"; fail "--batch 3: no sentence"; }
 echo "faults: --batch 3 over 2 ranks refused with exit 2"
+
+# 4. One-process modes under a launcher.
+mpirun --oversubscribe -np 2 "$exe" --sample "$work/killed/ckpt.safetensors" > "$work/sample.log" 2>&1
+rc=$?
+[ "$rc" -eq 2 ] && grep -q "runs on one process" "$work/sample.log" ||
+  { cat "$work/sample.log"; fail "--sample under mpirun: exit $rc, expected 2 with a sentence"; }
+echo "faults: --sample under mpirun refused with exit 2"
