@@ -455,3 +455,17 @@ TEST_CASE("angpt_attnfactor reproduces the former train-angpt step by step") {
   CHECK(std::abs(metrics_of(pdir)[0].at("train_loss").get<double>() - want[0]) > 1e-4);
 }
 #endif
+
+TEST_CASE("hazard: a trainer that cannot join an MPI job refuses to run as one of its processes") {
+  // N copies of a single-process trainer under mpirun would each train the whole
+  // run into the same --out. A launcher's world size in the environment (here
+  // PMI_SIZE alone, which does not make the trainer initialise MPI) is refused.
+  ::setenv("PMI_SIZE", "2", 1);
+  const Ran r = run(NORMLAB_TRAIN_GPT_EXE, {"--data", "synthetic", "--steps", "1", "--out",
+                                           (scratch("pmi") / "run").string()});
+  ::unsetenv("PMI_SIZE");
+  INFO(r.out);
+  CHECK(r.rc == 2);
+  CHECK(r.out.find("started by mpirun as one of 2 processes") != std::string::npos);
+  CHECK_FALSE(fs::exists(scratch("pmi") / "run" / "metrics.jsonl"));
+}

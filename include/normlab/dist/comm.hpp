@@ -38,6 +38,17 @@ concept Communicator = requires(C& c, const C& cc, float* f, double* d, std::siz
   { c.abort(code) };
 };
 
+// The number of processes a launcher started in this job, from the environment
+// (Open MPI's mpirun, MPICH/hydra's PMI); 1 when none did.
+inline int launcher_world_size() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"})
+    if (const char* s = std::getenv(v)) {
+      const int n = std::atoi(s);
+      if (n > 0) return n;
+    }
+  return 1;
+}
+
 // One process: every collective is the identity. The default of every trainer
 // built without MPI, and of an MPI build started without a launcher.
 struct SingleProcess {

@@ -1035,6 +1035,12 @@ int train_main(int argc, char** argv) {
     return code;
   };
   try {
+    // N copies of a trainer built without MPI would each train the whole run into the same --out.
+    if (comm.size() == 1 && dist::launcher_world_size() > 1)
+      throw Error("started by mpirun as one of " + std::to_string(dist::launcher_world_size()) +
+                  " processes, but this train-" + std::string(Tag::name) +
+                  " runs as one process (built without MPI, or with a communicator that is not MPI's): "
+                  "rebuild with -DNORMLAB_MPI=ON, or start one process");
     if (comm.size() > 1 && (cmd.sampling || cmd.dry_run))
       throw Error(std::string(cmd.sampling ? "--sample" : "--dry-run") + " runs on one process: start it without mpirun");
     if (o.d % o.heads != 0 || (o.d / o.heads) % 2 != 0)
