@@ -145,3 +145,47 @@ TEST_CASE("dist: a sharded AdamW updates its tensors exactly as the whole one, a
   CHECK_THROWS_WITH(save_checkpoint(std::filesystem::temp_directory_path() / "normlab_shard.safetensors", model, &shard),
                     Catch::Contains("ZeRO shard"));
 }
+
+TEST_CASE("dist: backward reports an offset only once every gradient above it is final, for every variant",
+          "[dist]") {
+  // The contract GradientSync relies on: after ready(from), grads[from, n) never
+  // change in that backward. Each report's snapshot must equal the final gradients.
+  ModelConfig mc;
+  mc.vocab_size = 32;
+  mc.n_embd = 16;
+  mc.n_head = 2;
+  mc.n_layer = 3;
+  std::apply(
+      [&](auto... tags) {
+        (
+            [&] {
+              using Model = typename decltype(tags)::template model<double>;
+              INFO(std::string(decltype(tags)::name));
+              Model model(mc, 2, 8);
+              model.init(5);
+              std::vector<std::int64_t> idx(16), tgt(16);
+              for (std::size_t i = 0; i < idx.size(); ++i) idx[i] = std::int64_t(i * 7 % 32), tgt[i] = std::int64_t(i * 5 % 32);
+              model.forward(idx.data(), tgt.data(), 2, 8);
+              const auto& g = model.params().grads();
+              std::vector<std::pair<std::size_t, std::vector<double>>> snaps;
+              model.backward(false, [&](std::size_t from) {
+                snaps.emplace_back(from, std::vector<double>(g.begin() + std::ptrdiff_t(from), g.end()));
+              });
+              REQUIRE(snaps.size() == std::size_t(mc.n_layer) + 2);  // head, each layer, embedding
+              CHECK(snaps.back().first == 0);
+              for (std::size_t k = 0; k < snaps.size(); ++k) {
+                if (k) CHECK(snaps[k].first < snaps[k - 1].first);
+                const auto& [from, v] = snaps[k];
+                bool same = true;
+                for (std::size_t i = 0; i < v.size(); ++i) same = same && v[i] == g[from + i];
+                CHECK(same);
+              }
+              // And the gradients are not all zero above the first report (it is not vacuous).
+              double above = 0;
+              for (std::size_t i = snaps.front().first; i < g.size(); ++i) above += std::fabs(g[i]);
+              CHECK(above > 0);
+            }(),
+            ...);
+      },
+      all_variants{});
+}

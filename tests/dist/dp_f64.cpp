@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
   o.d = 32;
   o.layers = 2;
   o.heads = 2;
+  o.dp_bucket = 512;  // many buckets, started while backward runs
   int rc = 0;
   const bool found = dispatch_variant(variant, [&](auto tag) {
     using Model = typename decltype(tag)::template model<double>;

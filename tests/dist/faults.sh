@@ -5,13 +5,13 @@
 #  2. Ranks started with different flags: refused with exit 2, naming both sides.
 #  3. A global batch that does not split over the ranks: exit 2 with a sentence.
 #  4. --sample (one process by nature) under mpirun: exit 2 with a sentence.
-#   faults.sh TRAIN_EXE WORKDIR
+#   faults.sh TRAIN_EXE COMPARE_METRICS WORKDIR
 set -uo pipefail
-exe=$1 work=$2
+exe=$(readlink -f "$1") compare=$2 work=$3
 source "$(dirname "$0")/common.sh"
 rm -rf "$work" && mkdir -p "$work"
 fail() { echo "faults: $*"; exit 1; }
-long=("${tiny[@]}" --steps 1000)
+long=("${tiny[@]}" --steps 1500)
 
 # 1. SIGKILL one rank.
 mpirun --oversubscribe -np 2 "$exe" "${long[@]}" --out "$work/killed" > "$work/killed.log" 2>&1 &
@@ -38,7 +38,14 @@ echo "faults: rank 1 SIGKILLed; job ended with exit $rc after ${took} s"
 mpirun --oversubscribe -np 2 "$exe" "${long[@]}" --resume --out "$work/killed" > "$work/resume.log" 2>&1 ||
   { cat "$work/resume.log"; fail "resuming after the kill failed"; }
 grep -q '"final_val_loss"' "$work/killed/summary.json" || fail "the resumed run did not finish"
-echo "faults: the checkpoint was intact; the run resumed on 2 ranks and finished"
+# Killed and resumed = uninterrupted (same binary, same ranks: the same sums, bit for bit).
+mpirun --oversubscribe -np 2 "$exe" "${long[@]}" --out "$work/straight" > "$work/straight.log" 2>&1 ||
+  { cat "$work/straight.log"; fail "the uninterrupted run failed"; }
+"$compare" "$work/straight/metrics.jsonl" "$work/killed/metrics.jsonl" 0 train_loss val_loss ||
+  fail "the killed and resumed run's losses differ from the uninterrupted run's"
+cmp -s "$work/straight/ckpt.safetensors" "$work/killed/ckpt.safetensors" ||
+  fail "the killed and resumed run's final checkpoint differs from the uninterrupted run's"
+echo "faults: the checkpoint was intact; resumed on 2 ranks, the run equals an uninterrupted one bit for bit"
 
 # 2. Different flags on the two ranks (MPMD launch).
 mpirun --oversubscribe -np 1 "$exe" "${tiny[@]}" --lr 1e-3 --out "$work/mismatch" : \
@@ -48,6 +55,17 @@ rc=$?
 grep -q "disagree on lr: rank 0 has 0.001, rank 1 has 0.003" "$work/mismatch.log" ||
   { cat "$work/mismatch.log"; fail "mismatched flags: the message does not name both sides"; }
 echo "faults: mismatched --lr refused with exit 2: $(grep -o 'the ranks disagree on lr[^(]*' "$work/mismatch.log" | head -1)"
+
+# 2b. The same flags and data path, other data: the content hash differs.
+mkdir -p "$work/a" "$work/b"
+head -c 300000 /dev/urandom | base64 > "$work/a/corpus.txt"
+head -c 300000 /dev/urandom | base64 > "$work/b/corpus.txt"
+mpirun --oversubscribe -np 1 -wdir "$work/a" "$exe" "${tiny[@]}" --data corpus.txt --out "$work/datamismatch" : \
+       -np 1 -wdir "$work/b" "$exe" "${tiny[@]}" --data corpus.txt --out "$work/datamismatch" > "$work/data.log" 2>&1
+rc=$?
+[ "$rc" -eq 2 ] && grep -q "the ranks disagree on data content" "$work/data.log" ||
+  { cat "$work/data.log"; fail "other data under the same path: exit $rc, expected 2 naming the data content"; }
+echo "faults: the same --data path with other contents refused with exit 2"
 
 # 3. --batch 3 over 2 ranks.
 mpirun --oversubscribe -np 2 "$exe" "${tiny[@]}" --batch 3 --out "$work/batch3" > "$work/batch3.log" 2>&1

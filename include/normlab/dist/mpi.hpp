@@ -46,6 +46,9 @@ class MpiComm {
     if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
       throw Error("MPI_Init_thread failed (launched by mpirun/srun, but MPI could not start)");
     active_ = true;
+    if (provided < MPI_THREAD_FUNNELED)
+      throw Error("MPI gives thread level " + std::to_string(provided) +
+                  ", below MPI_THREAD_FUNNELED (OpenMP threads beside the main thread's MPI calls)");
     // Errors are returned, not fatal, so they surface as normlab::Error with a sentence.
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
@@ -87,8 +90,10 @@ class MpiComm {
     Request r = MPI_REQUEST_NULL;
     if (!active_ || n == 0) return r;
     const int count = checked_count(n);
+    // The root sums in place; elsewhere buf is only sent (the receive buffer is not used).
     const void* send = rank_ == root ? MPI_IN_PLACE : static_cast<const void*>(buf);
-    check(MPI_Ireduce(send, buf, count, mpi_type<T>(), MPI_SUM, root, MPI_COMM_WORLD, &r), "MPI_Ireduce");
+    void* recv = rank_ == root ? static_cast<void*>(buf) : nullptr;
+    check(MPI_Ireduce(send, recv, count, mpi_type<T>(), MPI_SUM, root, MPI_COMM_WORLD, &r), "MPI_Ireduce");
     return r;
   }
   template <class T>

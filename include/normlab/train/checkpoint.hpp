@@ -151,6 +151,9 @@ void save_checkpoint(const std::filesystem::path& path, const Model& model, cons
 // A checkpoint of another variant or shape is refused with an error naming both.
 template <class Model, class T = typename Model::scalar_type>
 void load_checkpoint(const io::SafetensorsFile& f, Model& model, AdamW<T>* opt) {
+  if (opt && (opt->shard_begin() != 0 || opt->shard_end() != model.params().size()))
+    throw Error(f.source() + ": load_checkpoint needs a whole optimizer, not a ZeRO shard (load into a whole AdamW, "
+                "then copy the shard)");
   const std::string want = variant_name_of<Model>();
   const std::string got = f.metadata().count("variant") ? f.metadata_value("variant") : "<none>";
   const std::string got_sig = f.metadata().count("signature") ? f.metadata_value("signature") : "<none>";

@@ -68,6 +68,7 @@ struct TrainOptions {
   bool overwrite = false;            // replace an existing run in --out
   int threads = 0;                   // 0: OpenMP's default
   int zero = 0;                      // 1: ZeRO-1, AdamW moments sharded over the ranks
+  std::int64_t dp_bucket = 1 << 18;  // gradient values per all-reduce bucket (data parallel)
   std::int64_t stop_at = 0;          // stop after this many steps, as if interrupted
   std::string on_nonfinite = "stop"; // stop | skip
   std::int64_t fault_nan_at = 0;     // testing: poison a gradient at this step (1-based)
@@ -274,7 +275,8 @@ struct DataParallel {
   // ZeRO-1 (--zero 1 on 2+ ranks): rank r owns parameters [shards[r], shards[r+1])
   // (whole tensors): their reduced gradients, AdamW moments and update.
   std::vector<std::size_t> shards;
-  DataParallel(Comm& c, const TrainOptions& o) : comm(c) {
+  std::size_t bucket = std::size_t(1) << 18;  // --dp-bucket
+  DataParallel(Comm& c, const TrainOptions& o) : comm(c), bucket(std::size_t(o.dp_bucket)) {
     const int ranks = c.size();
     if (o.batch % ranks != 0)
       throw Error("--batch " + std::to_string(o.batch) + " (the global batch) does not split over " +
@@ -394,7 +396,7 @@ double accumulate_gradients(Model& model, data::BatchSampler& sampler, const Tra
     sampler.next(idx.data(), tgt.data());
     loss += model.forward(x, y, dp.local_batch, o.seq);
     if (dp.distributed() && m + 1 == o.accum) {
-      dist::GradientSync<T, Comm> sync(dp.comm, grads.size(), dp.zero() ? &dp.shards : nullptr);
+      dist::GradientSync<T, Comm> sync(dp.comm, grads.size(), dp.zero() ? &dp.shards : nullptr, dp.bucket);
       sync.begin(grads.data());
       model.backward(m > 0, [&](std::size_t from) { sync.ready(from); });
       dp.exposed_s = sync.finish();
@@ -441,6 +443,46 @@ inline std::string executable_hash() {
   return hex(h);
 }
 
+// What a rank was asked to do: its binary, the variant and every flag as given
+// (defaults not yet applied, so any difference on the command lines shows).
+inline std::vector<std::pair<std::string, std::string>> flags_fingerprint(const TrainOptions& o,
+                                                                          std::string_view variant) {
+  return {{"binary (hash)", executable_hash()},
+          {"variant", std::string(variant)},
+          {"data", o.data},
+          {"data-dir", o.data_dir},
+          {"vocab", std::to_string(o.vocab)},
+          {"steps", std::to_string(o.steps)},
+          {"batch", std::to_string(o.batch)},
+          {"seq", std::to_string(o.seq)},
+          {"d", std::to_string(o.d)},
+          {"layers", std::to_string(o.layers)},
+          {"heads", std::to_string(o.heads)},
+          {"lr", exact_string(o.lr)},
+          {"min-lr", exact_string(o.min_lr)},
+          {"warmup", std::to_string(o.warmup)},
+          {"weight-decay", exact_string(o.weight_decay)},
+          {"grad-clip", exact_string(o.grad_clip)},
+          {"accum", std::to_string(o.accum)},
+          {"seed", std::to_string(o.seed)},
+          {"eval-every", std::to_string(o.eval_every)},
+          {"eval-batches", std::to_string(o.eval_batches)},
+          {"ckpt-every", std::to_string(o.ckpt_every)},
+          {"out", o.out.empty() ? std::string() : std::filesystem::absolute(o.out).string()},
+          {"resume", o.resume ? "yes" : "no"},
+          {"overwrite", o.overwrite ? "yes" : "no"},
+          {"stop-at", std::to_string(o.stop_at)},
+          {"on-nonfinite", o.on_nonfinite},
+          {"fault-nan-at", std::to_string(o.fault_nan_at)},
+          {"time-steps", std::to_string(o.time_steps)},
+          {"zero", std::to_string(o.zero)},
+          {"dp-bucket", std::to_string(o.dp_bucket)}};
+}
+inline std::string tokens_hash(const data::TokenData& td) {
+  const std::uint64_t h = fnv1a(td.val.data(), td.val.size() * sizeof(td.val[0]));
+  return hex(fnv1a(td.train.data(), td.train.size() * sizeof(td.train[0]), h));
+}
+
 // A rank other than 0 that knows rank 0 is reporting an error and ending the
 // job: it waits in a barrier rank 0 never enters, so the message is printed
 // before the abort reaches anyone.
@@ -455,6 +497,10 @@ template <class Comm>
 // different runs. Refused on rank 0 with the first difference, naming both sides.
 template <class Comm>
 void check_ranks_agree(Comm& comm, const std::vector<std::pair<std::string, std::string>>& fingerprint) {
+  for (std::size_t i = 0; i < fingerprint.size(); ++i)
+    for (std::size_t j = 0; j < i; ++j)
+      if (fingerprint[i].first == fingerprint[j].first)
+        throw Error("check_ranks_agree: the fingerprint names " + fingerprint[i].first + " twice");
   if (comm.size() == 1) return;
   std::string mine;
   for (const auto& [k, v] : fingerprint) mine += k + "=" + v + "\n";
@@ -529,6 +575,7 @@ int time_training(TrainOptions o, Comm& comm) {
   apply_variant_defaults<Model>(o);
   detail::set_threads(o);
   detail::DataParallel<Comm> dp(comm, o);
+  detail::check_ranks_agree(comm, detail::flags_fingerprint(o, Tag::name));
   const data::TokenData td = detail::load_training_data_in_turn(o, comm);
   const ModelConfig mc = detail::model_config(o, td.vocab_size);
   data::BatchSampler sampler(td.train, o.batch, o.seq, o.seed, "train");
@@ -590,6 +637,8 @@ int run_training(TrainOptions o, Comm& comm) {
   const fs::path summary_path = fs::path(o.out) / "summary.json";
   if (o.resume && o.overwrite) throw Error("--resume and --overwrite contradict each other: pick one");
   detail::DataParallel<Comm> dp(comm, o);
+  // Before rank 0 touches --out: every rank must run the same binary, variant and flags.
+  detail::check_ranks_agree(comm, detail::flags_fingerprint(o, Tag::name));
   if (lead && !o.resume && (fs::exists(ckpt) || fs::exists(summary_path))) {
     // Never replace a run silently.
     if (!o.overwrite)
@@ -690,31 +739,14 @@ int run_training(TrainOptions o, Comm& comm) {
     model.init(o.seed);
     if (lead) std::ofstream(metrics_path, std::ios::trunc);
   }
-  {
-    // What every rank must share: binary, variant, the run's flags and data, the
-    // data position and the parameters it starts from.
-    std::vector<std::pair<std::string, std::string>> fp = {
-        {"binary", detail::executable_hash()},
-        {"variant", std::string(Tag::name)},
-        {"data", td.description + " (" + detail::hex(detail::fnv1a(td.train.data(), td.train.size() * 2,
-                                                                   detail::fnv1a(td.val.data(), td.val.size() * 2))) +
-                     ")"},
-        {"d/layers/heads", std::to_string(o.d) + "/" + std::to_string(o.layers) + "/" + std::to_string(o.heads)},
-        {"steps", std::to_string(o.steps)},
-        {"eval-every/eval-batches/ckpt-every", std::to_string(o.eval_every) + "/" + std::to_string(o.eval_batches) +
-                                                   "/" + std::to_string(o.ckpt_every)},
-        {"out", fs::absolute(o.out).string()},
-        {"resume", o.resume ? "yes" : "no"},
-        {"stop-at", std::to_string(o.stop_at)},
-        {"on-nonfinite", o.on_nonfinite},
-        {"fault-nan-at", std::to_string(o.fault_nan_at)},
-        {"zero", std::to_string(o.zero)},
-        {"start step", std::to_string(start)},
-        {"parameters", detail::hex(detail::fnv1a(model.params().values().data(),
-                                                 model.params().values().size() * sizeof(float)))}};
-    for (const auto& [k, v] : run_meta) fp.emplace_back(k.substr(4), v);
-    detail::check_ranks_agree(comm, fp);
-  }
+  // The flags were compared at start; now what they produced: the data's content
+  // (the same path may hold other files on another node), the start step and the
+  // parameters every rank starts from.
+  detail::check_ranks_agree(
+      comm, {{"data content", td.description + " (hash " + detail::tokens_hash(td) + ")"},
+             {"start step", std::to_string(start)},
+             {"parameters (hash)", detail::hex(detail::fnv1a(model.params().values().data(),
+                                                             model.params().values().size() * sizeof(float)))}});
   std::ofstream metrics;
   if (lead) metrics.open(metrics_path, std::ios::app);
   auto save = [&](std::int64_t steps_done) {
@@ -966,6 +998,9 @@ inline std::optional<int> parse_train_command(int argc, const char* const* argv,
                  "1: ZeRO-1 under mpirun, AdamW moments sharded over the ranks by whole tensors (0 = every rank "
                  "holds all; on one process 1 changes nothing)")
       ->capture_default_str()->check(integer(0, 1));
+  app.add_option("--dp-bucket", o.dp_bucket,
+                 "data parallel: gradient values per all-reduce bucket, started as backward completes them")
+      ->capture_default_str()->check(integer(1, std::int64_t(1) << 30));
   std::string max_memory;
   app.add_option("--max-memory", max_memory, "refuse a run planned above this size (e.g. 8G; default: the memory available)")
       ->check(byte_size());
@@ -1017,7 +1052,11 @@ int train_main(int argc, char** argv) {
   }
   Comm& comm = *comm_storage;
   TrainCommand cmd;
-  if (auto rc = parse_train_command(argc, argv, Tag::name, Tag::isolates, cmd, Tag::default_lr)) return *rc;
+  if (auto rc = parse_train_command(argc, argv, Tag::name, Tag::isolates, cmd, Tag::default_lr)) {
+    // A rank that stops here while the others go on would leave them waiting in a collective.
+    if (comm.size() > 1 && *rc != 0) comm.abort(*rc);
+    return *rc;
+  }
   TrainOptions& o = cmd.train;
   SampleOptions& so = cmd.sample;
   // An error on any rank ends the whole job with its exit code (a rank left
