@@ -1,9 +1,11 @@
 // compare_metrics A/metrics.jsonl B/metrics.jsonl TOL FIELD...
 // Two runs' per-step metrics must have the same steps and, for every FIELD
-// present on a step, |a - b| <= TOL. Prints the largest difference per field;
+// present on a step, |a - b| <= TOL (TOL ending in "r": relative,
+// |a - b| <= TOL·max(|a|, |b|)). Prints the largest difference per field;
 // exit 0 when within TOL, 1 when not, 2 on unreadable input.
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -33,7 +35,10 @@ int main(int argc, char** argv) {
   }
   try {
     const auto a = read_steps(argv[1]), b = read_steps(argv[2]);
-    const double tol = std::stod(argv[3]);
+    std::string tol_s = argv[3];
+    const bool relative = !tol_s.empty() && tol_s.back() == 'r';
+    if (relative) tol_s.pop_back();
+    const double tol = std::stod(tol_s);
     bool ok = true;
     if (a.size() != b.size() || a.empty()) {
       std::printf("compare_metrics: %zu steps in %s, %zu in %s\n", a.size(), argv[1], b.size(), argv[2]);
@@ -55,7 +60,9 @@ int main(int argc, char** argv) {
           return 1;
         }
         if (!in_a) continue;
-        const double d = std::fabs(ja[field].get<double>() - it->second[field].get<double>());
+        const double x = ja[field].get<double>(), y = it->second[field].get<double>();
+        const double scale = relative ? std::max(std::fabs(x), std::fabs(y)) : 1.0;
+        const double d = std::fabs(x - y) / (scale > 0 ? scale : 1.0);
         ++compared;
         if (std::isnan(d)) {
           ++nans;  // a NaN on either side never passes
@@ -66,8 +73,9 @@ int main(int argc, char** argv) {
       }
       const bool field_ok = compared > 0 && nans == 0 && worst <= tol;
       if (nans) std::printf("compare_metrics: %s is NaN in %lld steps\n", field.c_str(), nans);
-      std::printf("compare_metrics: %-10s %lld steps, largest |difference| %.3e (step %lld), tolerance %.1e: %s\n",
-                  field.c_str(), compared, worst, worst_step, tol, field_ok ? "ok" : "FAILED");
+      std::printf("compare_metrics: %-10s %lld steps, largest %s %.3e (step %lld), tolerance %.1e: %s\n",
+                  field.c_str(), compared, relative ? "relative |difference|" : "|difference|", worst, worst_step,
+                  tol, field_ok ? "ok" : "FAILED");
       ok = ok && field_ok;
     }
     return ok ? 0 : 1;

@@ -6,7 +6,9 @@
 # Tolerance 1e-5 on train and val loss (about 20 float32 ulps at loss 4): the
 # ranks' gradients are summed in another order (each rank's mean, then the
 # mean over ranks), float32 rounding noise of ~1e-7 relative per step that
-# Adam's normalised update does not amplify over 20 steps (measured: <= 5e-8).
+# Adam's normalised update does not amplify over 20 steps (measured over the 10
+# variants: <= 7.1e-7, anGPT's; gradient norms, which reach 44 there, to <= 7e-7
+# relative: bar 1e-5 relative).
 set -euo pipefail
 exe=$1 compare=$2 work=$3
 source "$(dirname "$0")/common.sh"
@@ -17,7 +19,7 @@ for accum in 1 2; do
     two=$work/two_a${accum}_z$zero
     mpi 2 "$exe" "${tiny[@]}" --accum $accum --zero $zero --out "$two"
     "$compare" "$work/one_a$accum/metrics.jsonl" "$two/metrics.jsonl" 1e-5 train_loss val_loss
-    "$compare" "$work/one_a$accum/metrics.jsonl" "$two/metrics.jsonl" 1e-4 grad_norm
+    "$compare" "$work/one_a$accum/metrics.jsonl" "$two/metrics.jsonl" 1e-5r grad_norm
     grep -q '"ranks": 2' "$two/summary.json" || { echo "equivalence: summary.json does not record 2 ranks"; exit 1; }
     grep -q '"comm_exposed_s"' "$two/metrics.jsonl" || { echo "equivalence: metrics.jsonl lacks comm_exposed_s"; exit 1; }
     if ls "$two" | grep -q tmp; then echo "equivalence: a temporary file was left behind"; exit 1; fi
