@@ -3,7 +3,7 @@
 # with the same data, config and seed, each at the learning rate the fair study's
 # sweep chose for it (studies/fair/*/sweep.json; docs/study.md), then writes runs/ablation/results.md
 # (tokens and wall-clock time to reach gpt's final validation loss) and
-# runs/ablation/loss_vs_tokens.{png,svg}. 3 min 1 s of training on 2 cores (2026-12-01),
+# runs/ablation/loss_vs_tokens.{png,svg}. 6 min on 2 cores with an incremental build (2026-12-01),
 # plus the first build. A rerun skips finished runs and resumes interrupted ones.
 #
 #   bash scripts/run-ablation.sh                      # the preset
