@@ -491,17 +491,28 @@ template <class Comm>
   comm.barrier();
   comm.abort(2);
 }
+// Ends a check every rank makes: rank 0 found `problem` (empty: none) and throws
+// it; the others learn of it and wait for rank 0's abort.
+template <class Comm>
+void report_from_rank0(Comm& comm, const std::string& problem) {
+  if (comm.broadcast_int(problem.empty() ? 0 : 1) == 0) return;
+  if (comm.rank() == 0) throw Error(problem);
+  wait_for_abort(comm);
+}
 
 // Every rank's fingerprint (key = value lines) must equal rank 0's: a job whose
 // ranks run another binary, variant, flag or data would average gradients of
 // different runs. Refused on rank 0 with the first difference, naming both sides.
-template <class Comm>
-void check_ranks_agree(Comm& comm, const std::vector<std::pair<std::string, std::string>>& fingerprint) {
+// `make` builds the fingerprint only when there are other ranks to compare with:
+// on one process nothing is hashed.
+template <class Comm, class MakeFingerprint>
+void check_ranks_agree(Comm& comm, MakeFingerprint&& make) {
+  if (comm.size() == 1) return;
+  const std::vector<std::pair<std::string, std::string>> fingerprint = make();
   for (std::size_t i = 0; i < fingerprint.size(); ++i)
     for (std::size_t j = 0; j < i; ++j)
       if (fingerprint[i].first == fingerprint[j].first)
         throw Error("check_ranks_agree: the fingerprint names " + fingerprint[i].first + " twice");
-  if (comm.size() == 1) return;
   std::string mine;
   for (const auto& [k, v] : fingerprint) mine += k + "=" + v + "\n";
   const std::vector<std::string> all = comm.gather_strings(mine);
@@ -529,10 +540,7 @@ void check_ranks_agree(Comm& comm, const std::vector<std::pair<std::string, std:
         }
     }
   }
-  if (comm.broadcast_int(problem.empty() ? 0 : 1) != 0) {
-    if (comm.rank() == 0) throw Error(problem);
-    wait_for_abort(comm);
-  }
+  report_from_rank0(comm, problem);
 }
 
 // The parameters every rank holds must stay bit-identical (same reduced
@@ -551,10 +559,7 @@ void check_parameters_agree(Comm& comm, const Store& params, std::int64_t step) 
                   "): the ranks' all-reduce did not give every rank the same sums";
         break;
       }
-  if (comm.broadcast_int(problem.empty() ? 0 : 1) != 0) {
-    if (comm.rank() == 0) throw Error(problem);
-    wait_for_abort(comm);
-  }
+  report_from_rank0(comm, problem);
 }
 }  // namespace detail
 
@@ -575,7 +580,7 @@ int time_training(TrainOptions o, Comm& comm) {
   apply_variant_defaults<Model>(o);
   detail::set_threads(o);
   detail::DataParallel<Comm> dp(comm, o);
-  detail::check_ranks_agree(comm, detail::flags_fingerprint(o, Tag::name));
+  detail::check_ranks_agree(comm, [&] { return detail::flags_fingerprint(o, Tag::name); });
   const data::TokenData td = detail::load_training_data_in_turn(o, comm);
   const ModelConfig mc = detail::model_config(o, td.vocab_size);
   data::BatchSampler sampler(td.train, o.batch, o.seq, o.seed, "train");
@@ -594,7 +599,7 @@ int time_training(TrainOptions o, Comm& comm) {
     if (i >= 2) {
       // The ranks run in lockstep (each step ends in an all-reduce): their mean.
       const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - ts).count();
-      times.push_back(dp.distributed() ? dp.mean(dt) : dt);
+      times.push_back(dp.mean(dt));
       exposed.push_back(dp.exposed_s);
     }
   }
@@ -638,7 +643,7 @@ int run_training(TrainOptions o, Comm& comm) {
   if (o.resume && o.overwrite) throw Error("--resume and --overwrite contradict each other: pick one");
   detail::DataParallel<Comm> dp(comm, o);
   // Before rank 0 touches --out: every rank must run the same binary, variant and flags.
-  detail::check_ranks_agree(comm, detail::flags_fingerprint(o, Tag::name));
+  detail::check_ranks_agree(comm, [&] { return detail::flags_fingerprint(o, Tag::name); });
   if (lead && !o.resume && (fs::exists(ckpt) || fs::exists(summary_path))) {
     // Never replace a run silently.
     if (!o.overwrite)
@@ -742,11 +747,13 @@ int run_training(TrainOptions o, Comm& comm) {
   // The flags were compared at start; now what they produced: the data's content
   // (the same path may hold other files on another node), the start step and the
   // parameters every rank starts from.
-  detail::check_ranks_agree(
-      comm, {{"data content", td.description + " (hash " + detail::tokens_hash(td) + ")"},
-             {"start step", std::to_string(start)},
-             {"parameters (hash)", detail::hex(detail::fnv1a(model.params().values().data(),
-                                                             model.params().values().size() * sizeof(float)))}});
+  detail::check_ranks_agree(comm, [&] {
+    return std::vector<std::pair<std::string, std::string>>{
+        {"data content", td.description + " (hash " + detail::tokens_hash(td) + ")"},
+        {"start step", std::to_string(start)},
+        {"parameters (hash)", detail::hex(detail::fnv1a(model.params().values().data(),
+                                                        model.params().values().size() * sizeof(float)))}};
+  });
   std::ofstream metrics;
   if (lead) metrics.open(metrics_path, std::ios::app);
   auto save = [&](std::int64_t steps_done) {
