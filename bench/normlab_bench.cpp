@@ -44,6 +44,7 @@ struct StepConfig {
 };
 constexpr StepConfig kReference{256, 4, 4, 256, 8, 256};
 constexpr StepConfig kLarger{512, 6, 8, 512, 4, 256};
+constexpr StepConfig kLong{256, 4, 4, 1024, 2, 256};  // the reference model at T = 1024, same tokens per step
 constexpr StepConfig kReferenceOneThread{256, 4, 4, 256, 8, 256, 1};
 
 // Sets the OpenMP thread count for one benchmark and restores it after, so a
@@ -105,6 +106,7 @@ void register_steps() {
   add("reference", kReference);
   if (g_quick) return;
   add("larger", kLarger);
+  add("long", kLong);
   add("reference_1thread", kReferenceOneThread);  // the thread-scaling figure
 }
 
@@ -131,6 +133,23 @@ void BM_GemmCeiling(benchmark::State& state) {
   gemm_flops(state, 2.0 * double(n) * n * n);
 }
 BENCHMARK(BM_GemmCeiling)->Arg(1024)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+#ifdef NORMLAB_HAVE_OPENBLAS
+// The machine's best SGEMM from Debian's libraries (issue 18's anchor): OpenBLAS
+// called directly, threading itself on the OpenMP team. Run the measuring command
+// with OPENBLAS_CORETYPE unset so OpenBLAS picks its best kernels for the CPU.
+void BM_OpenBlasSgemm(benchmark::State& state) {
+  const int n = int(state.range(0));
+  auto X = random_floats(std::size_t(n) * n, 1), W = random_floats(std::size_t(n) * n, 2);
+  std::vector<float> Y(std::size_t(n) * n);
+  for (auto _ : state) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, X.data(), n, W.data(), n, 0.0f, Y.data(), n);
+    benchmark::ClobberMemory();
+  }
+  gemm_flops(state, 2.0 * double(n) * n * n);
+}
+BENCHMARK(BM_OpenBlasSgemm)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime();
+#endif
 
 // The model's GEMM shapes at the reference config (N = B·T = 2048 tokens):
 // args (in, out): qkv/o (256,256), fc (256,2048), proj (1024,256), lm head (256,256).
@@ -271,7 +290,7 @@ void BM_Attention(benchmark::State& state) {
   // (b, h)): 2 products forward, 4 backward (plus the recomputed scores, not counted).
   gemm_flops(state, (backward ? 4.0 : 2.0) * 2.0 * double(B * H) * (T * (T + 1) / 2.0) * D);
 }
-BENCHMARK(BM_Attention)->ArgsProduct({{256, 1024}, {0, 1}})->UseRealTime();
+BENCHMARK(BM_Attention)->ArgsProduct({{256, 1024, 2048}, {0, 1}})->UseRealTime();
 
 void BM_AdamWConstraint(benchmark::State& state) {
   ModelConfig mc;

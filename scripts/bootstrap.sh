@@ -13,6 +13,7 @@ packages=(
   gnuplot-nox            # the ablation's loss plots (PNG, SVG)
   clang libclang-rt-dev  # libFuzzer targets (scripts/fuzz.sh)
   libopenmpi-dev openmpi-bin  # data-parallel training (MPI launch, rendezvous, collectives)
+  libopenblas-openmp-dev # float32 GEMMs (OpenBLAS built on OpenMP; docs/perf.md change 17)
 )
 
 missing=()

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
 BUILD_DIR=${BUILD_DIR:-build}
 # MPI is required here (bootstrap installs it) so the data-parallel tests always run.
-cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNORMLAB_BUILD_BENCH=ON -DNORMLAB_MPI=ON ${NORMLAB_CMAKE_ARGS:-} >/dev/null
+cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNORMLAB_BUILD_BENCH=ON -DNORMLAB_MPI=ON -DNORMLAB_BLAS=ON ${NORMLAB_CMAKE_ARGS:-} >/dev/null
 cmake --build "$BUILD_DIR" -j 2
 # Tests run one at a time: each already uses both cores through OpenMP, and
 # two OpenMP programs sharing two cores slow each other down many times over.

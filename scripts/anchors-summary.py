@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""Tables of scripts/bench-anchors.sh's run: medians over its rounds, in Markdown.
+
+    python3 scripts/anchors-summary.py runs/anchors
+The ceiling is the same run's OpenBLAS SGEMM 1024³ (the machine's best GEMM from
+Debian's libraries, called directly); every step figure is a fraction of it.
+"""
+import glob
+import json
+import os
+import statistics
+import sys
+
+VARIANTS = ["gpt", "gpt_qknorm", "gpt_alpha", "ngpt", "ngpt_slerp", "ngpt_noqknorm", "ngpt_scalar", "angpt"]
+
+
+def load(pattern):
+    runs = []
+    for path in sorted(glob.glob(pattern)):
+        with open(path) as f:
+            runs.append(json.load(f))
+    return runs
+
+
+def bench_medians(runs):
+    """name -> {'ms': median real time in ms, counters: medians}"""
+    acc = {}
+    for run in runs:
+        for b in run.get("benchmarks", []):
+            if b.get("run_type") == "aggregate":
+                continue
+            name = b["run_name"] if "run_name" in b else b["name"]
+            name = name.replace("/min_time:2.000", "").replace("/real_time", "")
+            unit = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}[b.get("time_unit", "ns")]
+            e = acc.setdefault(name, {"ms": [], "gflops": [], "tokens_per_second": []})
+            e["ms"].append(b["real_time"] * unit)
+            for c in ("gflops", "tokens_per_second"):
+                if c in b:
+                    e[c].append(b[c])
+    return {n: {k: statistics.median(v) if v else None for k, v in e.items()} | {"rounds": len(e["ms"])}
+            for n, e in acc.items()}
+
+
+def main():
+    out = sys.argv[1] if len(sys.argv) > 1 else "runs/anchors"
+    nl = bench_medians(load(os.path.join(out, "normlab-r*.json")))
+    ceiling = nl["BM_OpenBlasSgemm/1024"]["gflops"]
+    own = nl["BM_GemmCeiling/1024"]["gflops"]
+    rounds = nl["BM_OpenBlasSgemm/1024"]["rounds"]
+    print(f"# Anchors ({rounds} rounds, medians)\n")
+    print(f"Ceiling: OpenBLAS SGEMM 1024³ **{ceiling:.1f} GFLOP/s** (cblas_sgemm, 2 threads); "
+          f"normlab's cpu::gemm 1024³ {own:.1f} GFLOP/s ({own / ceiling:.0%}).\n")
+
+    torch = {}
+    for v in ("gpt", "ngpt"):
+        for pol in ("PASSIVE", "default"):
+            ms = [r["median_ms"] for r in load(os.path.join(out, f"torch-{v}-{pol}-r*.json"))]
+            if ms:
+                torch[(v, pol)] = statistics.median(ms)
+    print("## PyTorch reference step (bench/torch_reference.py, 2 threads, OpenBLAS OpenMP build)\n")
+    print("| variant | OMP_WAIT_POLICY | ms/step | tokens/s |")
+    print("|---|---|---:|---:|")
+    tokens = 8 * 256
+    for (v, pol), ms in sorted(torch.items()):
+        print(f"| {v} | {pol} | {ms:.0f} | {tokens / (ms * 1e-3):.0f} |")
+    best = {v: min(ms for (w, _), ms in torch.items() if w == v) for v in ("gpt", "ngpt") if any(w == v for w, _ in torch)}
+    print("\n(the anchor below is each variant's faster policy)\n")
+
+    print("## Reference config (d=256, L=4, H=4, T=256, B=8), float32\n")
+    print("| variant | ms | GFLOP/s | of ceiling | 1 thread ms | 2 vs 1 thread | / gpt | tokens/s | × PyTorch |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    gpt_ms = nl["BM_TrainStep/gpt/reference"]["ms"]
+    for v in VARIANTS:
+        r = nl.get(f"BM_TrainStep/{v}/reference")
+        one = nl.get(f"BM_TrainStep/{v}/reference_1thread")
+        if not r:
+            continue
+        anchor = best.get(v)
+        x = f"{anchor / r['ms']:.2f}×" if anchor else ""
+        print(f"| {v} | {r['ms']:.0f} | {r['gflops']:.1f} | {r['gflops'] / ceiling:.0%} | "
+              f"{one['ms']:.0f} | {one['ms'] / r['ms']:.2f}× | {r['ms'] / gpt_ms:.3f} | "
+              f"{r['tokens_per_second']:.0f} | {x} |")
+
+    for cfg, title in (("larger", "Larger config (d=512, L=6, H=8, T=512, B=4)"),
+                       ("long", "Long context (d=256, L=4, H=4, T=1024, B=2)")):
+        print(f"\n## {title}\n")
+        print("| variant | ms | GFLOP/s | of ceiling |")
+        print("|---|---:|---:|---:|")
+        for v in VARIANTS:
+            r = nl.get(f"BM_TrainStep/{v}/{cfg}")
+            if r:
+                print(f"| {v} | {r['ms']:.0f} | {r['gflops']:.1f} | {r['gflops'] / ceiling:.0%} |")
+
+    print("\n## Attention alone (B=8, H=4, dk=64; causal FLOPs counted once)\n")
+    print("| T | forward GFLOP/s | backward GFLOP/s | of ceiling (fwd / bwd) |")
+    print("|---:|---:|---:|---:|")
+    for T in (256, 1024, 2048):
+        f, b = nl.get(f"BM_Attention/{T}/0"), nl.get(f"BM_Attention/{T}/1")
+        if f and b:
+            print(f"| {T} | {f['gflops']:.1f} | {b['gflops']:.1f} | {f['gflops'] / ceiling:.0%} / {b['gflops'] / ceiling:.0%} |")
+
+    print("\n## One competing busy process (reference config, step ms)\n")
+    print("| OMP_WAIT_POLICY | variant | alone | with a busy process | slowdown |")
+    print("|---|---|---:|---:|---:|")
+    for pol in ("default", "PASSIVE", "ACTIVE"):
+        alone = bench_medians(load(os.path.join(out, f"contention-{pol}-alone-r*.json")))
+        busy = bench_medians(load(os.path.join(out, f"contention-{pol}-busy-r*.json")))
+        for v in ("gpt", "ngpt", "angpt"):
+            a, b = alone.get(f"BM_TrainStep/{v}/reference"), busy.get(f"BM_TrainStep/{v}/reference")
+            if a and b:
+                print(f"| {pol} | {v} | {a['ms']:.0f} | {b['ms']:.0f} | {b['ms'] / a['ms']:.2f}× |")
+
+
+if __name__ == "__main__":
+    main()
