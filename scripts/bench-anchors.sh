@@ -24,7 +24,7 @@ if ! "$TORCH_PY" -c "import torch" 2>/dev/null; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends python3-torch >/dev/null
 fi
-cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNORMLAB_BUILD_BENCH=ON -DNORMLAB_BUILD_TESTS=OFF \
+cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNORMLAB_BUILD_BENCH=ON\
   -DNORMLAB_BLAS=ON >/dev/null
 cmake --build "$BUILD_DIR" --target normlab_bench -j 2 >/dev/null
 BENCH="$BUILD_DIR/bench/normlab_bench"

@@ -291,7 +291,7 @@ void gemm(std::int64_t M, std::int64_t N, std::int64_t K, const T* A, std::int64
     // rows (or columns) where the shape allows keep that to a few % of the work.
     const bool split_rows = M >= N;
     const std::int64_t len = split_rows ? M : N;
-    const std::int64_t pieces = std::clamp<std::int64_t>(len / 256, 2, 8);
+    const std::int64_t pieces = std::clamp<std::int64_t>(len / 512, 2, 8);
     const std::int64_t step = ((len + pieces - 1) / pieces + 15) / 16 * 16;
     const std::int64_t count = (len + step - 1) / step;
     auto piece = [&](std::int64_t p) {
