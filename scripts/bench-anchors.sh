@@ -5,7 +5,8 @@
 #    and on one thread; attention alone at T = 256, 1024, 2048;
 #  - the PyTorch reference step (bench/torch_reference.py) for gpt and ngpt, with
 #    OMP_WAIT_POLICY=PASSIVE and with OpenMP's default, OpenBLAS's OpenMP build;
-#  - the step with one competing busy process, under each OpenMP wait policy.
+#  - the step with one competing busy process, under OpenMP's default wait, PASSIVE
+#    and GOMP_SPINCOUNT=1000 (the trainers' default), and on one thread beside it.
 # Rounds alternate the programs (rotating order), so drift on a shared host hits
 # all of them alike; medians over rounds. OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE are
 # unset in these commands only, so OpenBLAS picks its best kernels for the CPU.
@@ -24,8 +25,7 @@ if ! "$TORCH_PY" -c "import torch" 2>/dev/null; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends python3-torch >/dev/null
 fi
-cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNORMLAB_BUILD_BENCH=ON\
-  -DNORMLAB_BLAS=ON >/dev/null
+cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNORMLAB_BUILD_BENCH=ON -DNORMLAB_BLAS=ON >/dev/null
 cmake --build "$BUILD_DIR" --target normlab_bench -j 2 >/dev/null
 BENCH="$BUILD_DIR/bench/normlab_bench"
 rm -rf "$OUT" && mkdir -p "$OUT"
@@ -35,8 +35,8 @@ blas_env=(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE)
 # system's alternative points at: one OpenMP runtime, no second thread pool.
 torch_env=("${blas_env[@]}" LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp)
 
-normlab_all() {  # $1 = round
-  "${blas_env[@]}" "$BENCH" --benchmark_filter='BM_GemmCeiling/1024|BM_OpenBlasSgemm/1024|BM_TrainStep/|BM_Attention/(256|1024|2048)/' \
+normlab_all() {  # $1 = round; OpenMP as the trainers run it (GOMP_SPINCOUNT=1000 unless the user chose)
+  "${blas_env[@]}" GOMP_SPINCOUNT=1000 "$BENCH" --benchmark_filter='BM_GemmCeiling/1024|BM_OpenBlasSgemm/1024|BM_TrainStep/|BM_Attention/(256|1024|2048)/' \
     --benchmark_repetitions=1 --benchmark_enable_random_interleaving=true \
     --benchmark_format=json >"$OUT/normlab-r$1.json" 2>/dev/null
 }
@@ -47,18 +47,23 @@ torch_step() {  # $1 = round, $2 = variant, $3 = PASSIVE | default
     >"$OUT/torch-$2-$3-r$1.json"
 }
 busy() { while :; do :; done; }
-contended() {  # $1 = round, $2 = wait policy (default | PASSIVE | ACTIVE), $3 = alone | busy
+contended() {  # $1 = round, $2 = wait (default | PASSIVE | ACTIVE | spin1000), $3 = alone | busy, $4 = threads
   local pol=() pid=""
-  [ "$2" != default ] && pol=(OMP_WAIT_POLICY="$2")
+  case $2 in
+    spin1000) pol=(GOMP_SPINCOUNT=1000) ;;
+    default) ;;
+    *) pol=(OMP_WAIT_POLICY="$2") ;;
+  esac
+  pol+=(OMP_NUM_THREADS="${4:-2}")
   if [ "$3" = busy ]; then busy & pid=$!; fi
   "${blas_env[@]}" "${pol[@]}" "$BENCH" --benchmark_filter='BM_TrainStep/(gpt|ngpt|angpt)/reference/' \
-    --benchmark_repetitions=1 --benchmark_format=json >"$OUT/contention-$2-$3-r$1.json" 2>/dev/null
+    --benchmark_repetitions=1 --benchmark_format=json >"$OUT/contention-$2-$3-t${4:-2}-r$1.json" 2>/dev/null
   if [ -n "$pid" ]; then kill "$pid"; wait "$pid" 2>/dev/null || true; fi
 }
 
 jobs_list=(normlab "torch gpt PASSIVE" "torch ngpt PASSIVE" "torch gpt default" "torch ngpt default"
            "contended default alone" "contended default busy" "contended PASSIVE alone" "contended PASSIVE busy"
-           "contended ACTIVE alone" "contended ACTIVE busy")
+           "contended spin1000 alone" "contended spin1000 busy" "contended spin1000 busy 1")
 n=${#jobs_list[@]}
 for ((r = 1; r <= ROUNDS; ++r)); do
   for ((o = 0; o < n; ++o)); do
@@ -67,7 +72,7 @@ for ((r = 1; r <= ROUNDS; ++r)); do
     case $job in
       normlab) normlab_all "$r" ;;
       torch*) set -- $job; torch_step "$r" "$2" "$3" ;;
-      contended*) set -- $job; contended "$r" "$2" "$3" ;;
+      contended*) set -- $job; contended "$r" "$2" "$3" "${4:-2}" ;;
     esac
   done
 done

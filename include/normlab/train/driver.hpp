@@ -788,8 +788,9 @@ int run_training(TrainOptions o, Comm& comm) {
                 (long long)o.steps);
   if (!o.quiet) {
     const char* wait = std::getenv("OMP_WAIT_POLICY");
-    std::printf("threads: %d (OpenMP, OMP_WAIT_POLICY=%s); float32 GEMMs: %s\n", cpu::max_threads(),
-                wait ? wait : "unset", cpu::kFloatGemmEngine);
+    const char* spin = std::getenv("GOMP_SPINCOUNT");
+    std::printf("threads: %d (OpenMP; OMP_WAIT_POLICY=%s, GOMP_SPINCOUNT=%s); float32 GEMMs: %s\n",
+                cpu::max_threads(), wait ? wait : "unset", spin ? spin : "unset", cpu::kFloatGemmEngine);
     std::printf("learning rate: %g, %s; cosine to %g\n", o.lr, lr_source.c_str(), o.min_lr);
     std::printf("memory: %s planned%s (%s)\n", detail::gib(memory.total()).c_str(),
                 dp.distributed() ? " per rank" : "", memory.breakdown().c_str());
@@ -1049,20 +1050,25 @@ using default_communicator = dist::SingleProcess;
 #endif
 
 namespace detail {
-// OpenMP's threads wait passively (sleep at a barrier, no spinning) unless the
-// user chose otherwise: measured with one competing busy process, a spinning
-// team made the step 2.03–2.09× slower than alone, a passive one 1.61–1.80×,
-// and alone the two are within run-to-run noise (docs/perf.md, "Threading under
-// contention"). libgomp reads OMP_WAIT_POLICY once, before main, so the trainer
-// sets it and executes itself again (same pid, arguments and environment
-// otherwise). Not under an MPI launcher: ranks run one thread each by default,
-// and re-executing a rank before MPI_Init is not worth the risk.
-inline void prefer_passive_omp_wait(char** argv) {
-#if defined(_OPENMP) && defined(__linux__)
-  if (std::getenv("OMP_WAIT_POLICY") != nullptr || dist::launcher_world_size() > 1) return;
-  if (::setenv("OMP_WAIT_POLICY", "PASSIVE", 1) != 0) return;
+// How long OpenMP's idle threads spin before they sleep, unless the user chose
+// (OMP_WAIT_POLICY or GOMP_SPINCOUNT set). libgomp's default spins 300000 times:
+// with one competing busy process the reference step then ran 2.6-2.8x slower
+// than alone; OMP_WAIT_POLICY=PASSIVE (no spin) 1.7-1.8x, but ~10% slower alone
+// (a step opens hundreds of parallel regions, each waking sleeping threads);
+// GOMP_SPINCOUNT=1000 (about a microsecond of spinning) kept the speed alone
+// within noise and 1.8-2.0x under contention (docs/perf.md, "Threading under
+// contention"). libgomp reads these once, before main, so the trainer sets it
+// and executes itself again (same pid, arguments and otherwise the same
+// environment). Not under an MPI launcher: ranks run one thread each by
+// default, and re-executing a rank before MPI_Init is not worth the risk.
+inline constexpr const char* kTrainerSpinCount = "1000";
+inline void prefer_short_omp_spin(char** argv) {
+#if defined(_OPENMP) && defined(__linux__) && defined(__GNUC__) && !defined(__clang__)
+  if (std::getenv("OMP_WAIT_POLICY") != nullptr || std::getenv("GOMP_SPINCOUNT") != nullptr) return;
+  if (dist::launcher_world_size() > 1) return;
+  if (::setenv("GOMP_SPINCOUNT", kTrainerSpinCount, 1) != 0) return;
   ::execv("/proc/self/exe", argv);
-  ::unsetenv("OMP_WAIT_POLICY");  // exec failed: go on as started
+  ::unsetenv("GOMP_SPINCOUNT");  // exec failed: go on as started
 #else
   (void)argv;
 #endif
@@ -1073,7 +1079,7 @@ inline void prefer_passive_omp_wait(char** argv) {
 // build) the run is data parallel over N ranks with the same global --batch.
 template <class Tag, class Comm = default_communicator>
 int train_main(int argc, char** argv) {
-  detail::prefer_passive_omp_wait(argv);
+  detail::prefer_short_omp_spin(argv);
   std::optional<Comm> comm_storage;
   try {
     if constexpr (std::is_constructible_v<Comm, int*, char***>) comm_storage.emplace(&argc, &argv);
