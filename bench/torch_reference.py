@@ -37,6 +37,10 @@ def unit(x, dim=-1):
     return x / x.norm(dim=dim, keepdim=True)
 
 
+def rmsnorm(x, w):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+
 class Block(nn.Module):
     def __init__(self, d, heads, layers, ngpt, bs):
         super().__init__()
@@ -60,13 +64,18 @@ class Block(nn.Module):
             self.rmsnorm_att = nn.Parameter(torch.ones(d))
             self.rmsnorm_mlp = nn.Parameter(torch.ones(d))
 
-    def rmsnorm(self, x, w):
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+    def residual(self, h, f, alpha):
+        """GPT: h + f. nGPT: the LERP toward N(f) with |α·0.05/bs|, retracted to the sphere."""
+        if not self.ngpt:
+            return h + f
+        a = torch.abs(alpha * (0.05 / self.bs))
+        A = unit(h)
+        return unit(A + a * (unit(f) - A))
 
     def forward(self, h, cos, sin, mask):
         B, T, d = h.shape
         dk = d // self.h
-        x = h if self.ngpt else self.rmsnorm(h, self.rmsnorm_att)
+        x = h if self.ngpt else rmsnorm(h, self.rmsnorm_att)
         q = self.query(x).view(B, T, self.h, dk).transpose(1, 2)
         k = self.key(x).view(B, T, self.h, dk).transpose(1, 2)
         v = self.value(x).view(B, T, self.h, dk).transpose(1, 2)
@@ -80,26 +89,13 @@ class Block(nn.Module):
         att = (q @ k.transpose(-2, -1)) * scale
         att = att.masked_fill(mask[:, :, :T, :T] == 0, float("-inf")).softmax(-1)
         y = (att @ v).transpose(1, 2).contiguous().view(B, T, d)
-        a = self.att_c_proj(y)
-        if self.ngpt:
-            alpha = torch.abs(self.attn_alpha * (0.05 / self.bs))
-            A = unit(h)
-            h = unit(A + alpha * (unit(a) - A))
-        else:
-            h = h + a
-        x = h if self.ngpt else self.rmsnorm(h, self.rmsnorm_mlp)
+        h = self.residual(h, self.att_c_proj(y), self.attn_alpha if self.ngpt else None)
+        x = h if self.ngpt else rmsnorm(h, self.rmsnorm_mlp)
         uv = self.c_fc(x)
         if self.ngpt:
             uv = uv * (self.suv * math.sqrt(d))
         u, g = uv[..., : 4 * d], uv[..., 4 * d:]
-        m = self.mlp_c_proj(u * F.silu(g))
-        if self.ngpt:
-            alpha = torch.abs(self.mlp_alpha * (0.05 / self.bs))
-            A = unit(h)
-            h = unit(A + alpha * (unit(m) - A))
-        else:
-            h = h + m
-        return h
+        return self.residual(h, self.mlp_c_proj(u * F.silu(g)), self.mlp_alpha if self.ngpt else None)
 
 
 class Model(nn.Module):
@@ -129,7 +125,7 @@ class Model(nn.Module):
         for b in self.blocks:
             h = b(h, self.cos, self.sin, self.mask)
         if not self.ngpt:
-            h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6) * self.rmsnorm_f
+            h = rmsnorm(h, self.rmsnorm_f)
         logits = self.lm_head(h)
         if self.ngpt:
             logits = logits * (self.sz / self.bs)

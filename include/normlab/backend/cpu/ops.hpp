@@ -245,11 +245,7 @@ void eigen_gemm(std::int64_t M, std::int64_t N, std::int64_t K, const T* A, std:
 // the oracle, stays on Eigen's kernels, so the oracle never shares the fast path's GEMM.
 #ifdef NORMLAB_HAVE_OPENBLAS
 inline constexpr const char* kFloatGemmEngine = "OpenBLAS kernels, normlab's threading";
-#else
-inline constexpr const char* kFloatGemmEngine = "Eigen kernels, normlab's threading";
-#endif
 
-#ifdef NORMLAB_HAVE_OPENBLAS
 namespace detail {
 // One single-threaded OpenBLAS product. Called inside an OpenMP region it never
 // threads itself (OpenBLAS's OpenMP build checks omp_in_parallel), so it neither
@@ -264,53 +260,53 @@ void openblas_sgemm(std::int64_t M, std::int64_t N, std::int64_t K, const float*
               blasint(lda), B, blasint(ldb), beta, C, blasint(ldc));
 }
 }  // namespace detail
+#else
+inline constexpr const char* kFloatGemmEngine = "Eigen kernels, normlab's threading";
 #endif
 
 template <class T, int LhsOrder, int RhsOrder>
 void gemm(std::int64_t M, std::int64_t N, std::int64_t K, const T* A, std::int64_t lda, const T* B, std::int64_t ldb,
           T* C, std::int64_t ldc, bool accumulate, T alpha = T(1)) {
 #ifdef NORMLAB_HAVE_OPENBLAS
+  // Empty products (nothing to do, or C = 0 when K = 0) take the Eigen path's handling below.
   if constexpr (std::is_same_v<T, float>) {
-    if (M <= 0 || N <= 0) return;
-    if (K <= 0) {
-      if (!accumulate)
-        for (std::int64_t i = 0; i < M; ++i) std::fill_n(C + i * ldc, N, 0.0f);
+    if (M > 0 && N > 0 && K > 0) {
+      const float beta = accumulate ? 1.0f : 0.0f;
+      // Inside a region (attention's per-head loops) the calling thread does it all.
+      if (in_parallel())
+        return detail::openblas_sgemm<LhsOrder, RhsOrder>(M, N, K, A, lda, B, ldb, C, ldc, beta, alpha);
+      // Below OpenBLAS's own threading threshold (2^18 multiply-adds) one call.
+      if (double(M) * double(N) * double(K) <= double(1 << 18))
+        return detail::openblas_sgemm<LhsOrder, RhsOrder>(M, N, K, A, lda, B, ldb, C, ldc, beta, alpha);
+      // Otherwise C goes in fixed pieces along its longer side, handed out
+      // dynamically to the OpenMP team: a thread on a slower (or busier) core takes
+      // fewer. The pieces depend on the shape only (one thread runs the same pieces
+      // in turn) and each is one serial product, so C has the same bits for any
+      // thread count. Each piece packs the other operand again: pieces of ≥ 512
+      // rows (or columns) where the shape allows keep that to a few % of the work.
+      const bool split_rows = M >= N;
+      const std::int64_t len = split_rows ? M : N;
+      const std::int64_t pieces = std::clamp<std::int64_t>(len / 512, 2, 8);
+      const std::int64_t step = ((len + pieces - 1) / pieces + 15) / 16 * 16;
+      const std::int64_t count = (len + step - 1) / step;
+      auto piece = [&](std::int64_t p) {
+        const std::int64_t b = p * step, n = std::min(step, len - b);
+        if (split_rows) {
+          const float* Ap = LhsOrder == Eigen::RowMajor ? A + b * lda : A + b;
+          detail::openblas_sgemm<LhsOrder, RhsOrder>(n, N, K, Ap, lda, B, ldb, C + b * ldc, ldc, beta, alpha);
+        } else {
+          const float* Bp = RhsOrder == Eigen::RowMajor ? B + b : B + b * ldb;
+          detail::openblas_sgemm<LhsOrder, RhsOrder>(M, n, K, A, lda, Bp, ldb, C + b, ldc, beta, alpha);
+        }
+      };
+      if (max_threads() == 1) {
+        for (std::int64_t p = 0; p < count; ++p) piece(p);  // OpenBLAS follows OpenMP's one thread
+      } else {
+#pragma omp parallel for schedule(dynamic, 1)
+        for (std::int64_t p = 0; p < count; ++p) piece(p);
+      }
       return;
     }
-    const float beta = accumulate ? 1.0f : 0.0f;
-    // Inside a region (attention's per-head loops) the calling thread does it all.
-    if (in_parallel()) return detail::openblas_sgemm<LhsOrder, RhsOrder>(M, N, K, A, lda, B, ldb, C, ldc, beta, alpha);
-    // Below OpenBLAS's own threading threshold (2^18 multiply-adds) one call.
-    if (double(M) * double(N) * double(K) <= double(1 << 18))
-      return detail::openblas_sgemm<LhsOrder, RhsOrder>(M, N, K, A, lda, B, ldb, C, ldc, beta, alpha);
-    // Otherwise C goes in fixed pieces along its longer side, handed out
-    // dynamically to the OpenMP team: a thread on a slower (or busier) core takes
-    // fewer. The pieces depend on the shape only (one thread runs the same pieces
-    // in turn) and each is one serial product, so C has the same bits for any
-    // thread count. Each piece packs the other operand again: pieces of ≥ 256
-    // rows (or columns) where the shape allows keep that to a few % of the work.
-    const bool split_rows = M >= N;
-    const std::int64_t len = split_rows ? M : N;
-    const std::int64_t pieces = std::clamp<std::int64_t>(len / 512, 2, 8);
-    const std::int64_t step = ((len + pieces - 1) / pieces + 15) / 16 * 16;
-    const std::int64_t count = (len + step - 1) / step;
-    auto piece = [&](std::int64_t p) {
-      const std::int64_t b = p * step, n = std::min(step, len - b);
-      if (split_rows) {
-        const float* Ap = LhsOrder == Eigen::RowMajor ? A + b * lda : A + b;
-        detail::openblas_sgemm<LhsOrder, RhsOrder>(n, N, K, Ap, lda, B, ldb, C + b * ldc, ldc, beta, alpha);
-      } else {
-        const float* Bp = RhsOrder == Eigen::RowMajor ? B + b : B + b * ldb;
-        detail::openblas_sgemm<LhsOrder, RhsOrder>(M, n, K, A, lda, Bp, ldb, C + b, ldc, beta, alpha);
-      }
-    };
-    if (max_threads() == 1) {
-      for (std::int64_t p = 0; p < count; ++p) piece(p);  // OpenBLAS follows OpenMP's one thread
-    } else {
-#pragma omp parallel for schedule(dynamic, 1)
-      for (std::int64_t p = 0; p < count; ++p) piece(p);
-    }
-    return;
   }
 #endif
   detail::eigen_gemm<T, LhsOrder, RhsOrder>(M, N, K, A, lda, B, ldb, C, ldc, accumulate, alpha);
