@@ -52,7 +52,7 @@ int main(int argc, char** argv) {
     if (comm.rank() == 0) out.open(argv[5], std::ios::trunc);
     for (std::int64_t step = 1; step <= o.steps; ++step) {
       const double loss = detail::accumulate_gradients(model, sampler, o, idx, tgt, dp);
-      const double gnorm = dp.grad_norm(model.params());
+      const double gnorm = dp.grad_norm(model);
       dp.update(model, opt, 1.0, gnorm, 1e-2);
       if (comm.rank() == 0) {
         char line[160];

@@ -22,7 +22,6 @@
 #include <vector>
 
 #include "normlab/backend/cpu/backend.hpp"
-#include "normlab/backend/cpu/ops.hpp"
 #include "normlab/core/error.hpp"
 #include "normlab/nn/config.hpp"
 #include "normlab/nn/context.hpp"
@@ -53,20 +52,34 @@ class Transformer {
   using scheme = Scheme;
   using residual = Residual;
   using backend = Backend;
+  // Buffers in the backend's memory (host arrays on the CPU, device memory on a GPU).
+  using buffer = typename Backend::template vector<T>;
 
   // Counts every buffer first (the constructor memory_plan uses), then allocates.
   Transformer(ModelConfig cfg, std::int64_t max_batch, std::int64_t max_seq)
       : Transformer(PlanOnly{}, cfg, max_batch, max_seq, /*allocate_params=*/true) {
-    arena_ = Arena<T>(plan_.activations / sizeof(T));
+    arena_memory_.assign(plan_.activations / sizeof(T), T(0));
+    arena_ = Arena<T>(arena_memory_.data(), arena_memory_.size());
     layout(arena_);
     // The model's own copy of the last batch's tokens: backward() must not read
     // the caller's arrays, which may have changed since forward().
     tokens_.assign(static_cast<std::size_t>(2 * maxB_ * maxT_), 0);
-    cpu::rope_table(rope_cos_.data(), rope_sin_.data(), maxT_, cfg_.head_dim(), cfg_.rope_base);
+    rope_cos_.assign(static_cast<std::size_t>(maxT_ * cfg_.head_dim() / 2), T(0));
+    rope_sin_.assign(rope_cos_.size(), T(0));
+    Backend::rope_table(rope_cos_.data(), rope_sin_.data(), maxT_, cfg_.head_dim(), cfg_.rope_base);
     attn_factor_ = Factors::attn(cfg_, maxT_);
     mlp_factor_ = Factors::mlp(cfg_);
     ctx_.cfg = &cfg_;
     ctx_.params = &params_;
+    if constexpr (Backend::host_memory) {
+      ctx_.values = params_.value();
+      ctx_.grads = params_.grad();
+    } else {  // the store keeps the host copy (init, checkpoints); the step runs on these
+      live_values_.assign(params_.size(), T(0));
+      live_grads_.assign(params_.size(), T(0));
+      ctx_.values = live_values_.data();
+      ctx_.grads = live_grads_.data();
+    }
     ctx_.rope_cos = rope_cos_.data();
     ctx_.rope_sin = rope_sin_.data();
   }
@@ -79,8 +92,8 @@ class Transformer {
   Transformer& operator=(Transformer&&) = delete;
 
   // Bytes a model of this config needs for max_batch × max_seq tokens, counted by
-  // the same layout code as the real allocation (nothing is allocated but the
-  // RoPE tables' few kilobytes): what a driver checks against the machine's
+  // the same layout code as the real allocation (nothing but the parameter
+  // specs is allocated): what a driver checks against the machine's
   // memory before it builds the model.
   struct MemoryPlan {
     std::size_t parameters = 0;   // values
@@ -95,8 +108,18 @@ class Transformer {
   }
 
   const ModelConfig& config() const { return cfg_; }
+  // The parameters' specs and their host copy. On a backend with its own memory
+  // the step reads and writes param_values()/param_grads() instead: move values
+  // across with upload_params()/download_params() (no-ops on the CPU).
   ParamStore<T>& params() { return params_; }
   const ParamStore<T>& params() const { return params_; }
+  T* param_values() { return ctx_.values; }
+  const T* param_values() const { return ctx_.values; }
+  T* param_grads() { return ctx_.grads; }
+  const T* param_grads() const { return ctx_.grads; }
+  void upload_params() { Backend::upload(ctx_.values, params_.value(), std::int64_t(params_.size())); }
+  void download_params() { Backend::download(params_.value(), ctx_.values, std::int64_t(params_.size())); }
+  void download_grads() { Backend::download(params_.grad(), ctx_.grads, std::int64_t(params_.size())); }
   std::int64_t max_batch() const { return maxB_; }
   std::int64_t max_seq() const { return maxT_; }
   // "prenorm_rms+add" — stored in checkpoints so a mismatched load can name both.
@@ -116,9 +139,14 @@ class Transformer {
       else std::fill_n(p, s.numel, T(s.init.value));
     }
     Constraint::at_init(params_);
+    upload_params();
   }
 
-  void apply_constraint() { Constraint::after_step(params_); }
+  // The scheme's weight constraint on the live parameters (the master copy).
+  void apply_constraint() {
+    if constexpr (Backend::host_memory) Constraint::after_step(params_);
+    else Constraint::template after_step_on<Backend>(params_, ctx_.values);
+  }
 
   // The scheme's constant output factors (1 unless it has them), see docs/angpt.md.
   double attn_output_factor() const { return attn_factor_; }
@@ -160,8 +188,8 @@ class Transformer {
   // Keys and values of every layer for incremental decoding: (L, max_seq, C) each,
   // keys as attention sees them (after RoPE and the scheme's QK transform).
   struct KVCache {
-    aligned_vector<T> k, v;
-    aligned_vector<T> scratch;  // (max_seq) attention weights
+    buffer k, v;
+    buffer scratch;  // (max_seq) attention weights
     std::int64_t length = 0;  // positions filled
   };
   KVCache make_kv_cache() const {
@@ -201,7 +229,7 @@ class Transformer {
   template <class Ready>
   void backward(bool accumulate, Ready&& ready) {
     if (!targets_) throw Error("Transformer::backward: the last forward() had no targets");
-    if (!accumulate) params_.zero_grad();
+    if (!accumulate) zero_grads();
     const std::int64_t B = B_, Tn = T_, N = B * Tn, C = cfg_.n_embd, F = 4 * C, V = cfg_.vocab_size;
     set_sizes(B, Tn, 0);
     StepContext<T>& c = ctx_;
@@ -310,6 +338,7 @@ class Transformer {
       : cfg_(resolve(cfg)), maxB_(max_batch), maxT_(max_seq) {
     cfg_.validate();
     if (max_batch <= 0 || max_seq <= 0) throw Error("Transformer: max_batch and max_seq must be positive");
+    Backend::check_model_limits(max_batch, max_seq, cfg_.n_head, cfg_.n_embd, cfg_.head_dim());
     acts_.assign(static_cast<std::size_t>(cfg_.n_layer), LayerActs{});
     declare_params(allocate_params);
     Arena<T> counting;
@@ -398,8 +427,11 @@ class Transformer {
     ctx_.d_alpha = ar.take(C);
     ctx_.scale_tmp = ar.take(std::max(2 * F, V));
     ctx_.d_scale = ar.take(std::max(2 * F, V));
-    rope_cos_.assign(static_cast<std::size_t>(maxT_ * cfg_.head_dim() / 2), T(0));
-    rope_sin_.assign(rope_cos_.size(), T(0));
+  }
+
+  void zero_grads() {
+    if constexpr (Backend::host_memory) params_.zero_grad();
+    else Backend::fill(ctx_.grads, std::int64_t(params_.size()), T(0));
   }
 
   void set_sizes(std::int64_t B, std::int64_t Tn, std::int64_t pos0) {
@@ -481,9 +513,9 @@ class Transformer {
     }
   }
 
-  T* P(std::size_t off) { return params_.value(off); }
-  const T* P(std::size_t off) const { return params_.value(off); }
-  T* G(std::size_t off) { return params_.grad(off); }
+  T* P(std::size_t off) { return ctx_.values + off; }
+  const T* P(std::size_t off) const { return ctx_.values + off; }
+  T* G(std::size_t off) { return ctx_.grads + off; }
 
   ModelConfig cfg_;
   std::int64_t maxB_, maxT_;
@@ -491,12 +523,14 @@ class Transformer {
   std::size_t wte_ = 0, lm_head_ = 0;
   std::size_t head_begin_ = 0;  // the first parameter after the last layer's
   std::vector<LayerOffsets> layers_;
+  buffer arena_memory_;
   Arena<T> arena_;
+  buffer live_values_, live_grads_;  // the step's parameters where the backend has its own memory
   std::vector<LayerActs> acts_;
   FinalNorm final_norm_;
   LogitScale logit_scale_;
   StepContext<T> ctx_;
-  aligned_vector<T> rope_cos_, rope_sin_;  // (maxT, D/2)
+  buffer rope_cos_, rope_sin_;  // (maxT, D/2)
   T* h_final_ = nullptr;       // (N,C) residual stream after the last block
   const T* hf_ = nullptr;      // (N,C) final_norm(h_final)
   T* logits_raw_ = nullptr;    // (N,V) hf lm_headᵀ

@@ -54,9 +54,24 @@ void apply_weight_constraint(ParamStore<T>& store, WeightConstraint mode) {
   }
 }
 
+// The same constraint on parameters in a backend's own memory (a GPU's):
+// one Backend::constrain_matrix call per constrained tensor, which normalizes
+// rows (or columns) of W (R, L) to norm 1 (unit) or shrinks those above 1.
+template <class Backend, class T>
+void apply_weight_constraint_on(const ParamStore<T>& store, T* values, WeightConstraint mode) {
+  if (mode == WeightConstraint::none) return;
+  for (const ParamSpec& s : store.specs()) {
+    if (s.axis == NormAxis::none) continue;
+    Backend::constrain_matrix(values + s.offset, s.shape.at(0), s.shape.at(1), s.axis == NormAxis::rows,
+                              /*shrink_only=*/mode == WeightConstraint::bounded);
+  }
+}
+
 // ------------------------------------------------------------------ constraint policies
 // A scheme's `constraint`: at_init(store) after the initial draw, after_step(store)
 // after every optimizer step, both on the master copy; `mode` names it.
+// after_step_on<Backend>(store, values) is after_step for parameters that live
+// in a backend's own memory.
 template <WeightConstraint AtInit, WeightConstraint AfterStep>
 struct weight_constraint {
   static constexpr WeightConstraint mode = AfterStep;
@@ -67,6 +82,10 @@ struct weight_constraint {
   template <class T>
   static void after_step(ParamStore<T>& store) {
     apply_weight_constraint(store, AfterStep);
+  }
+  template <class Backend, class T>
+  static void after_step_on(const ParamStore<T>& store, T* values) {
+    apply_weight_constraint_on<Backend>(store, values, AfterStep);
   }
 };
 using no_constraint = weight_constraint<WeightConstraint::none, WeightConstraint::none>;

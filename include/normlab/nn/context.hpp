@@ -23,7 +23,11 @@ namespace normlab {
 template <class T>
 struct StepContext {
   const ModelConfig* cfg = nullptr;
-  ParamStore<T>* params = nullptr;
+  ParamStore<T>* params = nullptr;  // the specs (names, shapes, offsets)
+  // The live parameter values and gradients, in the backend's memory (the
+  // store's own host arrays on the CPU; device buffers on a GPU).
+  T* values = nullptr;
+  T* grads = nullptr;
   std::int64_t B = 0, Tn = 0;  // batch and sequence length of the current call
   std::int64_t pos0 = 0;       // position of the first token (decoding)
   const T* rope_cos = nullptr;  // (max_seq, D/2)
@@ -38,8 +42,8 @@ struct StepContext {
   std::int64_t C() const { return cfg->n_embd; }
   std::int64_t H() const { return cfg->n_head; }
   std::int64_t D() const { return cfg->head_dim(); }
-  T* P(std::size_t off) const { return params->value(off); }
-  T* G(std::size_t off) const { return params->grad(off); }
+  T* P(std::size_t off) const { return values + off; }
+  T* G(std::size_t off) const { return grads + off; }
 };
 
 }  // namespace normlab

@@ -39,14 +39,14 @@ struct scaled_logits {
     }
     static double k_const(const StepContext<T>& c) { return c.cfg->sz_init / c.cfg->base_scale; }
     const T* forward(StepContext<T>& c, const T* raw, std::int64_t N, std::int64_t V) {
-      sz.effective(c, k_const(c), V, eff);
+      sz.template effective<Backend>(c, k_const(c), V, eff);
       Backend::scale_columns(logits, raw, eff, N, V);
       return logits;
     }
     void backward(StepContext<T>& c, T* dlogits, const T* raw, std::int64_t N, std::int64_t V) {
       Backend::fill(c.d_scale, V, T(0));
       Backend::column_dot_accumulate(c.d_scale, dlogits, raw, N, V, T(k_const(c)));
-      sz.fold_grad(c, c.d_scale, V);
+      sz.template fold_grad<Backend>(c, c.d_scale, V);
       Backend::scale_columns(dlogits, dlogits, eff, N, V);
     }
   };

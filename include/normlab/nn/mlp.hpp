@@ -41,14 +41,14 @@ struct scaled_swiglu {
     }
     static double k_const(const StepContext<T>& c) { return c.cfg->suv_init * std::sqrt(double(c.cfg->n_embd)); }
     void forward(StepContext<T>& c, T* act, const T* uv, std::int64_t N, std::int64_t F) {
-      suv.effective(c, k_const(c), 2 * F, c.scale_tmp);
+      suv.template effective<Backend>(c, k_const(c), 2 * F, c.scale_tmp);
       Backend::scaled_swiglu_forward(act, uv, c.scale_tmp, N, F);
     }
     void backward(StepContext<T>& c, T* duv, const T* dact, const T* uv, std::int64_t N, std::int64_t F) {
-      suv.effective(c, k_const(c), 2 * F, c.scale_tmp);
+      suv.template effective<Backend>(c, k_const(c), 2 * F, c.scale_tmp);
       Backend::fill(c.d_scale, 2 * F, T(0));
       Backend::scaled_swiglu_backward(duv, c.d_scale, dact, uv, c.scale_tmp, N, F, T(k_const(c)));
-      suv.fold_grad(c, c.d_scale, 2 * F);
+      suv.template fold_grad<Backend>(c, c.d_scale, 2 * F);
     }
   };
 };

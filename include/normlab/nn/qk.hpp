@@ -111,7 +111,7 @@ struct qk_unit_scaled {
     }
     double k_const(const StepContext<T>& c) const { return c.cfg->sqk_init / c.cfg->base_scale; }
     void forward(StepContext<T>& c, T* q, T* k) {
-      sqk.effective(c, k_const(c), c.C(), c.scale_tmp);
+      sqk.template effective<Backend>(c, k_const(c), c.C(), c.scale_tmp);
       Backend::rope_l2norm_scale_forward(q, qh, qn, qs, c.scale_tmp, c.rope_cos, c.rope_sin, c.B, c.Tn, c.H(), c.D(),
                                          c.pos0);
       Backend::rope_l2norm_scale_forward(k, kh, kn, ks, c.scale_tmp, c.rope_cos, c.rope_sin, c.B, c.Tn, c.H(), c.D(),
@@ -120,14 +120,14 @@ struct qk_unit_scaled {
     const T* qa() const { return qs; }
     const T* ka() const { return ks; }
     void backward(StepContext<T>& c, T* dq, T* dk, T* /*scratch*/) {
-      sqk.effective(c, k_const(c), c.C(), c.scale_tmp);
+      sqk.template effective<Backend>(c, k_const(c), c.C(), c.scale_tmp);
       const T kk = T(k_const(c));
       Backend::fill(c.d_scale, c.C(), T(0));
       Backend::rope_l2norm_scale_backward(dq, c.d_scale, qh, qn, c.scale_tmp, c.rope_cos, c.rope_sin, c.B, c.Tn,
                                           c.H(), c.D(), kk);
       Backend::rope_l2norm_scale_backward(dk, c.d_scale, kh, kn, c.scale_tmp, c.rope_cos, c.rope_sin, c.B, c.Tn,
                                           c.H(), c.D(), kk);
-      sqk.fold_grad(c, c.d_scale, c.C());
+      sqk.template fold_grad<Backend>(c, c.d_scale, c.C());
     }
   };
 };
@@ -155,7 +155,7 @@ struct qk_scaled_only {
       k = k_;
       Backend::rope_apply(q, c.rope_cos, c.rope_sin, c.B, c.Tn, c.H(), c.D(), false, c.pos0);
       Backend::rope_apply(k, c.rope_cos, c.rope_sin, c.B, c.Tn, c.H(), c.D(), false, c.pos0);
-      sqk.effective(c, k_const(c), c.C(), c.scale_tmp);
+      sqk.template effective<Backend>(c, k_const(c), c.C(), c.scale_tmp);
       Backend::scale_columns(qs, q, c.scale_tmp, c.N(), c.C());
       Backend::scale_columns(ks, k, c.scale_tmp, c.N(), c.C());
     }
@@ -163,12 +163,12 @@ struct qk_scaled_only {
     const T* ka() const { return ks; }
     void backward(StepContext<T>& c, T* dq, T* dk, T* /*scratch*/) {
       const std::int64_t N = c.N(), C = c.C();
-      sqk.effective(c, k_const(c), C, c.scale_tmp);
+      sqk.template effective<Backend>(c, k_const(c), C, c.scale_tmp);
       const T kk = T(k_const(c));
       Backend::fill(c.d_scale, C, T(0));
       Backend::column_dot_accumulate(c.d_scale, dq, q, N, C, kk);
       Backend::column_dot_accumulate(c.d_scale, dk, k, N, C, kk);
-      sqk.fold_grad(c, c.d_scale, C);
+      sqk.template fold_grad<Backend>(c, c.d_scale, C);
       Backend::scale_columns(dq, dq, c.scale_tmp, N, C);
       Backend::scale_columns(dk, dk, c.scale_tmp, N, C);
       Backend::rope_apply(dq, c.rope_cos, c.rope_sin, c.B, c.Tn, c.H(), c.D(), true);

@@ -6,7 +6,6 @@
 //   ScaleKind::scalar  one learned scalar, broadcast
 //   ScaleKind::fixed   its initial effective value: no parameter, no gradient,
 //                      no optimizer state (the value follows from the config)
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -33,26 +32,15 @@ struct ScaleParam {
                      ParamInit::constant(stored_init));
   }
   // out(n) = stored × k (broadcast for a scalar; the initial value for a fixed scale).
+  template <class Backend>
   void effective(const StepContext<T>& c, double k, std::int64_t n, T* out) const {
-    if constexpr (K == ScaleKind::fixed) {
-      std::fill_n(out, n, T(double(initial_stored) * k));
-    } else {
-      const T* p = c.P(offset);
-      for (std::int64_t j = 0; j < n; ++j) out[j] = T(double(p[K == ScaleKind::scalar ? 0 : j]) * k);
-    }
+    if constexpr (K == ScaleKind::fixed) Backend::fill(out, n, T(double(initial_stored) * k));
+    else Backend::effective_scale(out, c.P(offset), k, n, K == ScaleKind::scalar, /*absolute=*/false);
   }
   // d(n) holds d loss / d(expanded stored values); fold it into the parameter.
+  template <class Backend>
   void fold_grad(const StepContext<T>& c, const T* d, std::int64_t n) const {
-    if constexpr (K == ScaleKind::fixed) {
-      return;
-    } else if constexpr (K == ScaleKind::scalar) {
-      T acc = 0;
-      for (std::int64_t j = 0; j < n; ++j) acc += d[j];
-      c.G(offset)[0] += acc;
-    } else {
-      T* g = c.G(offset);
-      for (std::int64_t j = 0; j < n; ++j) g[j] += d[j];
-    }
+    if constexpr (K != ScaleKind::fixed) Backend::fold_scale_grad(c.G(offset), d, n, K == ScaleKind::scalar);
   }
 };
 

@@ -6,14 +6,16 @@
 //   m ← β₁m + (1−β₁)g ;  v ← β₂v + (1−β₂)g²
 //   p ← p − (lr/(1−β₁ᵗ)) · m / (√v/√(1−β₂ᵗ) + ε)
 // exactly the order of torch.optim.AdamW (foreach=False), so float64 runs agree to rounding.
-#include <Eigen/Core>
+// The update of each tensor, the global norm and the clipping are the
+// Backend's ops (adamw_update, sum_squares, scale): host loops on the CPU,
+// kernels on a GPU, where the moments then live too.
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
 #include <vector>
 
-#include "normlab/backend/cpu/ops.hpp"
+#include "normlab/backend/cpu/backend.hpp"
 #include "normlab/core/error.hpp"
 #include "normlab/nn/params.hpp"
 
@@ -32,9 +34,11 @@ struct AdamWConfig {
   double weight_decay = 0.0;  // applied to the matrix group only (2-D tensors), as PyTorch practice
 };
 
-template <class T>
+template <class T, class Backend = cpu_backend>
 class AdamW {
  public:
+  using moments = typename Backend::template vector<T>;
+
   AdamW(const ParamStore<T>& store, AdamWConfig cfg) : AdamW(store, cfg, 0, store.size()) {}
   // A shard (ZeRO-1): moments only for the parameters in [begin, end) of the
   // store, whose bounds fall between tensors; step() updates those tensors only.
@@ -57,10 +61,10 @@ class AdamW {
   GroupSettings& group(ParamRole r) { return groups_[static_cast<int>(r)]; }
   const GroupSettings& group(ParamRole r) const { return groups_[static_cast<int>(r)]; }
   std::int64_t steps_taken() const { return t_; }
-  aligned_vector<T>& exp_avg() { return m_; }
-  aligned_vector<T>& exp_avg_sq() { return v_; }
-  const aligned_vector<T>& exp_avg() const { return m_; }
-  const aligned_vector<T>& exp_avg_sq() const { return v_; }
+  moments& exp_avg() { return m_; }
+  moments& exp_avg_sq() { return v_; }
+  const moments& exp_avg() const { return m_; }
+  const moments& exp_avg_sq() const { return v_; }
   void set_steps_taken(std::int64_t t) { t_ = t; }
   // The parameters this optimizer updates ([0, size) unless a shard); the
   // moments above are indexed from shard_begin().
@@ -68,42 +72,23 @@ class AdamW {
   std::size_t shard_end() const { return end_; }
 
   // One update of every parameter in `store` with the gradients it holds.
-  void step(ParamStore<T>& store, double lr) {
+  void step(ParamStore<T>& store, double lr) { step(store, store.value(), store.grad(), lr); }
+  // The same on the live parameters of a model whose backend has its own
+  // memory: values/grads in the store's layout (Transformer::param_values()).
+  void step(const ParamStore<T>& store, T* values, const T* grads, double lr) {
     if (store.size() != total_)
       throw Error("AdamW::step: parameter store has " + std::to_string(store.size()) +
                   " values but the optimizer state was built for " + std::to_string(total_));
     ++t_;
     const double bc1 = 1.0 - std::pow(cfg_.beta1, double(t_));
     const double bc2 = 1.0 - std::pow(cfg_.beta2, double(t_));
-    const T b1 = T(cfg_.beta1), b2 = T(cfg_.beta2);
-    const T sqrt_bc2 = T(std::sqrt(bc2));
     for (const ParamSpec& s : store.specs()) {
       if (s.offset < begin_ || s.offset >= end_) continue;  // another rank's shard
       const GroupSettings& g = group(s.role);
       const double glr = lr * g.lr_mult;
-      const T decay = T(1.0 - glr * g.weight_decay);
-      const T step_size = T(glr / bc1);
-      const T eps = T(g.eps);
-      const bool decayed = g.weight_decay != 0.0;
-      T* p = store.value(s.offset);
-      const T* gr = store.grad(s.offset);
-      T* m = m_.data() + (s.offset - begin_);
-      T* v = v_.data() + (s.offset - begin_);
-      // Chunks of Eigen arrays: vectorized sqrt/div, elementwise so any split gives the same bits.
-      const std::int64_t n = static_cast<std::int64_t>(s.numel);
-      constexpr std::int64_t kChunk = 1 << 14;
-      const std::int64_t chunks = (n + kChunk - 1) / kChunk;
-      cpu::parallel_for(chunks, chunks > 1, [&](std::int64_t c) {
-        const std::int64_t i0 = c * kChunk, len = std::min(kChunk, n - i0);
-        using A = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
-        using CA = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
-        A P(p + i0, len), M(m + i0, len), Vs(v + i0, len);
-        CA Gr(gr + i0, len);
-        if (decayed) P *= decay;
-        M = b1 * M + (T(1) - b1) * Gr;
-        Vs = b2 * Vs + (T(1) - b2) * Gr * Gr;
-        P -= step_size * (M / (Vs.sqrt() / sqrt_bc2 + eps));
-      });
+      Backend::adamw_update(values + s.offset, m_.data() + (s.offset - begin_), v_.data() + (s.offset - begin_),
+                            grads + s.offset, static_cast<std::int64_t>(s.numel), 1.0 - glr * g.weight_decay,
+                            g.weight_decay != 0.0, glr / bc1, cfg_.beta1, cfg_.beta2, g.eps, std::sqrt(bc2));
     }
   }
 
@@ -111,44 +96,35 @@ class AdamW {
   AdamWConfig cfg_;
   std::array<GroupSettings, kParamRoles> groups_{};
   std::size_t begin_ = 0, end_ = 0, total_ = 0;
-  aligned_vector<T> m_, v_;
+  moments m_, v_;
   std::int64_t t_ = 0;
 };
 
-// Global L2 norm of every gradient (accumulated in double).
+// Global L2 norm of n gradients in the Backend's memory (accumulated in double,
+// the same bits for any thread count: resume must be exact).
+template <class Backend, class T>
+double global_grad_norm(const T* g, std::int64_t n) {
+  return std::sqrt(Backend::sum_squares(g, n));
+}
 template <class T>
-// Fixed chunks summed in parallel, then added in chunk order: the same bits
-// for any thread count (resume must be exact).
 double global_grad_norm(const ParamStore<T>& store) {
-  constexpr std::int64_t kChunk = 1 << 16;
-  const T* g = store.grad();
-  const std::int64_t n = static_cast<std::int64_t>(store.size());
-  const std::int64_t chunks = (n + kChunk - 1) / kChunk;
-  double* part = cpu::detail::thread_scratch<double, cpu::detail::kNormPartials>(std::size_t(chunks));
-  cpu::parallel_for(chunks, chunks > 1, [&](std::int64_t c) {
-    double ss = 0;
-    for (std::int64_t i = c * kChunk; i < std::min(n, (c + 1) * kChunk); ++i) ss += double(g[i]) * double(g[i]);
-    part[c] = ss;
-  });
-  double ss = 0;
-  for (std::int64_t c = 0; c < chunks; ++c) ss += part[c];
-  return std::sqrt(ss);
+  return global_grad_norm<cpu_backend>(store.grad(), static_cast<std::int64_t>(store.size()));
 }
 
 // PyTorch clip_grad_norm_: scale by min(1, max_norm/(norm + 1e-6)). Returns the
 // norm before clipping. max_norm <= 0 disables clipping.
-template <class T>
-double clip_grad_norm(ParamStore<T>& store, double max_norm) {
-  const double norm = global_grad_norm(store);
+template <class Backend, class T>
+double clip_grad_norm(T* g, std::int64_t n, double max_norm) {
+  const double norm = global_grad_norm<Backend>(g, n);
   if (max_norm > 0) {
     const double coef = std::min(1.0, max_norm / (norm + 1e-6));
-    if (coef < 1.0) {
-      T* g = store.grad();
-      const std::int64_t n = static_cast<std::int64_t>(store.size());
-      cpu::parallel_for(n, n > cpu::kParallelGrain, [&](std::int64_t i) { g[i] *= T(coef); });
-    }
+    if (coef < 1.0) Backend::scale(g, n, T(coef));
   }
   return norm;
+}
+template <class T>
+double clip_grad_norm(ParamStore<T>& store, double max_norm) {
+  return clip_grad_norm<cpu_backend>(store.grad(), static_cast<std::int64_t>(store.size()), max_norm);
 }
 
 }  // namespace normlab

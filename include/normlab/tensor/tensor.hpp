@@ -61,21 +61,37 @@ class Tensor {
 
 // Bump allocator over one buffer. A model lays out its buffers twice with the
 // same code: once with a counting arena (no memory) to learn the total, then
-// for real. After that, nothing in a training step allocates.
+// for real. After that, nothing in a training step allocates. The buffer is
+// the arena's own (host memory) or one a backend allocated (device memory):
+// the arena only hands out pointers into it and never reads or writes them.
 template <class T>
 class Arena {
  public:
   // Counting mode: take() returns nullptr and only adds up sizes.
   Arena() = default;
-  explicit Arena(std::size_t capacity) : buf_(capacity), counting_(false) {}
+  explicit Arena(std::size_t capacity) : buf_(capacity), base_(buf_.data()), capacity_(capacity), counting_(false) {}
+  // Over `capacity` elements at `base`, owned by the caller (a backend's memory).
+  Arena(T* base, std::size_t capacity) : base_(base), capacity_(capacity), counting_(false) {}
+  Arena(Arena&& o) noexcept { *this = std::move(o); }
+  Arena& operator=(Arena&& o) noexcept {
+    const bool owned = o.base_ == o.buf_.data();
+    buf_ = std::move(o.buf_);
+    base_ = owned ? buf_.data() : o.base_;
+    capacity_ = o.capacity_;
+    used_ = o.used_;
+    counting_ = o.counting_;
+    return *this;
+  }
+  Arena(const Arena&) = delete;
+  Arena& operator=(const Arena&) = delete;
 
   T* take(std::size_t n) {
     const std::size_t at = used_;
     used_ += round_up(n);
     if (counting_) return nullptr;
-    if (used_ > buf_.size())
+    if (used_ > capacity_)
       throw Error("normlab::Arena: layout asked for more than it was sized for (internal error)");
-    return buf_.data() + at;
+    return base_ + at;
   }
   std::size_t used() const { return used_; }
   bool counting() const { return counting_; }
@@ -88,6 +104,8 @@ class Arena {
     return (n + k - 1) / k * k;
   }
   aligned_vector<T> buf_;
+  T* base_ = nullptr;
+  std::size_t capacity_ = 0;
   std::size_t used_ = 0;
   bool counting_ = true;
 };

@@ -106,7 +106,8 @@ std::string variant_name_of() {
   std::string name;
   std::apply(
       [&](auto... tags) {
-        ((std::is_same_v<typename decltype(tags)::template model<typename Model::scalar_type>, Model>
+        ((std::is_same_v<typename decltype(tags)::template model<typename Model::scalar_type, typename Model::backend>,
+                         Model>
               ? (name = std::string(decltype(tags)::name), 0)
               : 0),
          ...);
@@ -115,8 +116,11 @@ std::string variant_name_of() {
   return name.empty() ? Model::variant_signature() : name;
 }
 
-template <class Model, class T = typename Model::scalar_type>
-void save_checkpoint(const std::filesystem::path& path, const Model& model, const AdamW<T>* opt,
+// The model's live values (and the optimizer's moments) are read where they are:
+// host arrays on the CPU; on a backend with its own memory, copied to the host
+// first. The file is the same either way, so checkpoints move between backends.
+template <class Model, class T = typename Model::scalar_type, class Backend = typename Model::backend>
+void save_checkpoint(const std::filesystem::path& path, const Model& model, const AdamW<T, Backend>* opt,
                      const std::map<std::string, std::string>& extra_metadata = {}) {
   io::SafetensorsWriter w;
   const ModelConfig& c = model.config();
@@ -135,12 +139,27 @@ void save_checkpoint(const std::filesystem::path& path, const Model& model, cons
   const auto& store = model.params();
   if (opt && (opt->shard_begin() != 0 || opt->shard_end() != store.size()))
     throw Error("save_checkpoint: the optimizer holds a ZeRO shard; gather its moments into a whole AdamW first");
-  for (const ParamSpec& s : store.specs()) {
-    w.add<T>(s.name, s.shape, std::span<const T>(store.value(s.offset), s.numel));
+  const T* values = store.value();
+  const T* m = opt ? opt->exp_avg().data() : nullptr;
+  const T* v = opt ? opt->exp_avg_sq().data() : nullptr;
+  std::vector<T> host;  // device values, moments: (3, n) on the host
+  if constexpr (!Backend::host_memory) {
+    const std::int64_t n = static_cast<std::int64_t>(store.size());
+    host.resize(std::size_t(3 * n));
+    Backend::download(host.data(), model.param_values(), n);
+    values = host.data();
     if (opt) {
-      w.add<T>("optim/exp_avg/" + s.name, s.shape, std::span<const T>(opt->exp_avg().data() + s.offset, s.numel));
-      w.add<T>("optim/exp_avg_sq/" + s.name, s.shape,
-               std::span<const T>(opt->exp_avg_sq().data() + s.offset, s.numel));
+      Backend::download(host.data() + n, opt->exp_avg().data(), n);
+      Backend::download(host.data() + 2 * n, opt->exp_avg_sq().data(), n);
+      m = host.data() + n;
+      v = host.data() + 2 * n;
+    }
+  }
+  for (const ParamSpec& s : store.specs()) {
+    w.add<T>(s.name, s.shape, std::span<const T>(values + s.offset, s.numel));
+    if (opt) {
+      w.add<T>("optim/exp_avg/" + s.name, s.shape, std::span<const T>(m + s.offset, s.numel));
+      w.add<T>("optim/exp_avg_sq/" + s.name, s.shape, std::span<const T>(v + s.offset, s.numel));
     }
   }
   if (opt) w.set_metadata("optim_steps", std::to_string(opt->steps_taken()));
@@ -149,8 +168,9 @@ void save_checkpoint(const std::filesystem::path& path, const Model& model, cons
 
 // Loads parameters (and optimizer state when `opt` is given) into `model`.
 // A checkpoint of another variant or shape is refused with an error naming both.
-template <class Model, class T = typename Model::scalar_type>
-void load_checkpoint(const io::SafetensorsFile& f, Model& model, AdamW<T>* opt) {
+// Into the host store (and, on a backend with its own memory, up to the device after).
+template <class Model, class T = typename Model::scalar_type, class Backend = typename Model::backend>
+void load_checkpoint(const io::SafetensorsFile& f, Model& model, AdamW<T, Backend>* opt) {
   if (opt && (opt->shard_begin() != 0 || opt->shard_end() != model.params().size()))
     throw Error(f.source() + ": load_checkpoint needs a whole optimizer, not a ZeRO shard (load into a whole AdamW, "
                 "then copy the shard)");
@@ -192,18 +212,39 @@ void load_checkpoint(const io::SafetensorsFile& f, Model& model, AdamW<T>* opt) 
                   std::to_string(model.max_seq()) + "); build the model for the checkpoint's max_seq");
   }
   auto& store = model.params();
+  const std::int64_t n = static_cast<std::int64_t>(store.size());
+  std::vector<T> host;  // moments on the host before they go to the device
+  T* m = nullptr;
+  T* v = nullptr;
+  if (opt) {
+    if constexpr (Backend::host_memory) {
+      m = opt->exp_avg().data();
+      v = opt->exp_avg_sq().data();
+    } else {
+      host.resize(std::size_t(2 * n));
+      m = host.data();
+      v = host.data() + n;
+    }
+  }
   for (const ParamSpec& s : store.specs()) {
     f.read_into<T>(s.name, s.shape, std::span<T>(store.value(s.offset), s.numel));
     require_finite_tensor<T>(std::span<const T>(store.value(s.offset), s.numel), f.source(), s.name);
     if (opt) {
-      const std::string m = "optim/exp_avg/" + s.name, v = "optim/exp_avg_sq/" + s.name;
-      f.read_into<T>(m, s.shape, std::span<T>(opt->exp_avg().data() + s.offset, s.numel));
-      f.read_into<T>(v, s.shape, std::span<T>(opt->exp_avg_sq().data() + s.offset, s.numel));
-      require_finite_tensor<T>(std::span<const T>(opt->exp_avg().data() + s.offset, s.numel), f.source(), m);
-      require_finite_tensor<T>(std::span<const T>(opt->exp_avg_sq().data() + s.offset, s.numel), f.source(), v);
+      const std::string mn = "optim/exp_avg/" + s.name, vn = "optim/exp_avg_sq/" + s.name;
+      f.read_into<T>(mn, s.shape, std::span<T>(m + s.offset, s.numel));
+      f.read_into<T>(vn, s.shape, std::span<T>(v + s.offset, s.numel));
+      require_finite_tensor<T>(std::span<const T>(m + s.offset, s.numel), f.source(), mn);
+      require_finite_tensor<T>(std::span<const T>(v + s.offset, s.numel), f.source(), vn);
     }
   }
-  if (opt) opt->set_steps_taken(checkpoint_int(f, "optim_steps"));
+  model.upload_params();
+  if (opt) {
+    if constexpr (!Backend::host_memory) {
+      Backend::upload(opt->exp_avg().data(), m, n);
+      Backend::upload(opt->exp_avg_sq().data(), v, n);
+    }
+    opt->set_steps_taken(checkpoint_int(f, "optim_steps"));
+  }
 }
 
 }  // namespace normlab

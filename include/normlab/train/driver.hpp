@@ -311,9 +311,11 @@ struct DataParallel {
   }
   // The global gradient norm: of every gradient, or (ZeRO-1) the sum over ranks
   // of each owner's reduced piece.
-  template <class Store>
-  double grad_norm(const Store& store) {
-    if (!zero()) return global_grad_norm(store);
+  template <class Model>
+  double grad_norm(Model& model) {
+    using B = typename Model::backend;
+    const auto& store = model.params();
+    if (!zero()) return global_grad_norm<B>(model.param_grads(), static_cast<std::int64_t>(store.size()));
     const auto* g = store.grad();
     double ss = 0;
     for (std::size_t i = shard_begin(); i < shard_end(); ++i) ss += double(g[i]) * double(g[i]);
@@ -325,10 +327,16 @@ struct DataParallel {
   // gathered parameters, the same on every rank.
   template <class Model, class Opt>
   void update(Model& model, Opt& opt, double max_norm, double norm, double lr) {
+    using B = typename Model::backend;
     auto& store = model.params();
     if (!zero()) {
-      clip_grad_norm(store, max_norm);
-    } else if (max_norm > 0) {
+      // The live gradients and parameters, wherever the backend keeps them.
+      clip_grad_norm<B>(model.param_grads(), static_cast<std::int64_t>(store.size()), max_norm);
+      opt.step(store, model.param_values(), model.param_grads(), lr);
+      model.apply_constraint();
+      return;
+    }
+    if (max_norm > 0) {
       const double coef = std::min(1.0, max_norm / (norm + 1e-6));
       auto* g = store.grad();
       if (coef < 1.0)
@@ -339,9 +347,9 @@ struct DataParallel {
     model.apply_constraint();
   }
   // ZeRO-1: the whole optimizer state on rank 0 (for its checkpoint; elsewhere empty).
-  template <class Store, class T>
-  std::optional<AdamW<T>> gather_optimizer(const Store& store, const AdamW<T>& opt, AdamWConfig cfg) {
-    std::optional<AdamW<T>> whole;
+  template <class Store, class T, class B>
+  std::optional<AdamW<T, B>> gather_optimizer(const Store& store, const AdamW<T, B>& opt, AdamWConfig cfg) {
+    std::optional<AdamW<T, B>> whole;
     if (comm.rank() == 0) whole.emplace(store, cfg);
     comm.gather_shards(opt.exp_avg().data(), whole ? whole->exp_avg().data() : nullptr, shards);
     comm.gather_shards(opt.exp_avg_sq().data(), whole ? whole->exp_avg_sq().data() : nullptr, shards);
@@ -353,12 +361,25 @@ struct DataParallel {
 // The run's AdamW: over every parameter, or (--zero 1 on 2+ ranks) over this
 // rank's shard, the shards cut first.
 template <class Model, class Comm, class T = typename Model::scalar_type>
-AdamW<T> make_optimizer(Model& model, const AdamWConfig& oc, DataParallel<Comm>& dp, const TrainOptions& o) {
+AdamW<T, typename Model::backend> make_optimizer(Model& model, const AdamWConfig& oc, DataParallel<Comm>& dp,
+                                                 const TrainOptions& o) {
+  using Opt = AdamW<T, typename Model::backend>;
   if (o.zero == 1 && dp.distributed()) {
     dp.make_shards(model.params());
-    return AdamW<T>(model.params(), oc, dp.shard_begin(), dp.shard_end());
+    return Opt(model.params(), oc, dp.shard_begin(), dp.shard_end());
   }
-  return AdamW<T>(model.params(), oc);
+  return Opt(model.params(), oc);
+}
+
+// Data parallelism reduces host arrays over MPI; a model in a GPU's memory
+// trains on one process (the NCCL communicator is issue 19's).
+template <class Model, class Comm>
+void require_host_memory_for_ranks(const Comm& comm) {
+  if constexpr (!Model::backend::host_memory)
+    if (comm.size() > 1)
+      throw Error("this trainer runs on the " + std::string(Model::backend::name) +
+                  " backend, which trains on one process: start it without mpirun (data parallelism on GPUs "
+                  "needs the NCCL communicator, not yet built)");
 }
 
 // The options a rank plans its memory with: its share of the batch.
@@ -388,6 +409,7 @@ double accumulate_gradients(Model& model, data::BatchSampler& sampler, const Tra
                             std::vector<std::int64_t>& idx, std::vector<std::int64_t>& tgt, DataParallel<Comm>& dp,
                             bool poison = false) {
   using T = typename Model::scalar_type;
+  using B = typename Model::backend;
   auto& grads = model.params().grads();
   const std::int64_t* x = idx.data() + dp.row_offset;
   const std::int64_t* y = tgt.data() + dp.row_offset;
@@ -406,6 +428,11 @@ double accumulate_gradients(Model& model, data::BatchSampler& sampler, const Tra
     }
   }
   loss /= double(o.accum);
+  if constexpr (!B::host_memory) {  // one process (require_host_memory_for_ranks): the live gradients
+    if (poison) B::fill(model.param_grads(), 1, std::numeric_limits<T>::quiet_NaN());
+    if (o.accum > 1) B::scale(model.param_grads(), static_cast<std::int64_t>(grads.size()), T(1) / T(o.accum));
+    return loss;
+  }
   if (poison) grads[0] = std::numeric_limits<T>::quiet_NaN();
   if (dp.distributed()) {
     // Each rank's gradient is the mean over its rows; the global mean is the
@@ -569,9 +596,11 @@ void check_parameters_agree(Comm& comm, const Store& params, std::int64_t step) 
 // steps of the same work as training (o.accum micro-batches, clipping, AdamW,
 // constraint; no evaluation, no checkpoint); writes OUT/step_time.json
 // {"variant", "step_time_s": median, "steps", "tokens_per_step"} and nothing else.
-template <class Tag, class Comm = dist::SingleProcess>
+template <class Tag, class Comm = dist::SingleProcess, class Backend = cpu_backend>
 int time_training(TrainOptions o, Comm& comm) {
-  using Model = typename Tag::template model<float>;
+  using Model = model_of<Tag, float, Backend>;
+  detail::require_host_memory_for_ranks<Model>(comm);
+  if constexpr (requires { Backend::require_device(); }) Backend::require_device();
   namespace fs = std::filesystem;
   const bool lead = comm.rank() == 0;
   if (!lead) o.quiet = true;
@@ -589,13 +618,14 @@ int time_training(TrainOptions o, Comm& comm) {
   Model model(mc, dp.local_batch, o.seq);
   AdamWConfig oc;
   oc.weight_decay = o.weight_decay;
-  AdamW<float> opt = detail::make_optimizer(model, oc, dp, o);
+  auto opt = detail::make_optimizer(model, oc, dp, o);
   model.init(o.seed);
   std::vector<double> times, exposed;
   for (std::int64_t i = 0; i < o.time_steps + 2; ++i) {
     const auto ts = std::chrono::steady_clock::now();
     detail::accumulate_gradients(model, sampler, o, idx, tgt, dp);
-    dp.update(model, opt, o.grad_clip, dp.zero() ? dp.grad_norm(model.params()) : 0.0, o.lr);
+    dp.update(model, opt, o.grad_clip, dp.zero() ? dp.grad_norm(model) : 0.0, o.lr);
+    Backend::synchronize();  // the step's kernels are done before the clock stops
     if (i >= 2) {
       // The ranks run in lockstep (each step ends in an all-reduce): their mean.
       const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - ts).count();
@@ -630,9 +660,12 @@ int time_training(TrainOptions o, Comm& comm) {
 // (`comm`): every rank draws the same global batch and computes its rows; rank 0
 // alone prints and writes metrics, checkpoints and the summary. Returns the
 // process exit code.
-template <class Tag, class Comm = dist::SingleProcess>
+template <class Tag, class Comm = dist::SingleProcess, class Backend = cpu_backend>
 int run_training(TrainOptions o, Comm& comm) {
-  using Model = typename Tag::template model<float>;
+  using Model = model_of<Tag, float, Backend>;
+  using Opt = AdamW<float, Backend>;
+  detail::require_host_memory_for_ranks<Model>(comm);
+  if constexpr (requires { Backend::require_device(); }) Backend::require_device();
   namespace fs = std::filesystem;
   const bool lead = comm.rank() == 0;
   if (!lead) o.quiet = true;
@@ -691,7 +724,7 @@ int run_training(TrainOptions o, Comm& comm) {
   Model model(mc, dp.local_batch, o.seq);
   AdamWConfig oc;
   oc.weight_decay = o.weight_decay;
-  AdamW<float> opt = detail::make_optimizer(model, oc, dp, o);
+  Opt opt = detail::make_optimizer(model, oc, dp, o);
   if (dp.zero()) memory.optimizer = 2.0 * sizeof(float) * double(dp.shard_end() - dp.shard_begin());
   LrSchedule sched;
   sched.kind = LrSchedule::Kind::warmup_cosine;
@@ -715,14 +748,17 @@ int run_training(TrainOptions o, Comm& comm) {
   if (resumed) {
     const io::SafetensorsFile& f = *resumed;
     if (dp.zero()) {
-      // The whole state, then this rank's piece of the moments.
-      AdamW<float> whole(model.params(), oc);
-      load_checkpoint(f, model, &whole);
-      std::copy(whole.exp_avg().begin() + std::ptrdiff_t(dp.shard_begin()),
-                whole.exp_avg().begin() + std::ptrdiff_t(dp.shard_end()), opt.exp_avg().begin());
-      std::copy(whole.exp_avg_sq().begin() + std::ptrdiff_t(dp.shard_begin()),
-                whole.exp_avg_sq().begin() + std::ptrdiff_t(dp.shard_end()), opt.exp_avg_sq().begin());
-      opt.set_steps_taken(whole.steps_taken());
+      // The whole state, then this rank's piece of the moments (host memory:
+      // ZeRO runs over MPI ranks, which a GPU model does not train on).
+      if constexpr (Backend::host_memory) {
+        Opt whole(model.params(), oc);
+        load_checkpoint(f, model, &whole);
+        std::copy(whole.exp_avg().begin() + std::ptrdiff_t(dp.shard_begin()),
+                  whole.exp_avg().begin() + std::ptrdiff_t(dp.shard_end()), opt.exp_avg().begin());
+        std::copy(whole.exp_avg_sq().begin() + std::ptrdiff_t(dp.shard_begin()),
+                  whole.exp_avg_sq().begin() + std::ptrdiff_t(dp.shard_end()), opt.exp_avg_sq().begin());
+        opt.set_steps_taken(whole.steps_taken());
+      }
     } else {
       load_checkpoint(f, model, &opt);
     }
@@ -758,7 +794,7 @@ int run_training(TrainOptions o, Comm& comm) {
   if (lead) metrics.open(metrics_path, std::ios::app);
   auto save = [&](std::int64_t steps_done) {
     detail::check_parameters_agree(comm, model.params(), steps_done);
-    std::optional<AdamW<float>> whole;
+    std::optional<Opt> whole;
     if (dp.zero()) whole = dp.gather_optimizer(model.params(), opt, oc);
     if (!lead) return;
     auto meta = run_meta;
@@ -789,8 +825,13 @@ int run_training(TrainOptions o, Comm& comm) {
   if (!o.quiet) {
     const char* wait = std::getenv("OMP_WAIT_POLICY");
     const char* spin = std::getenv("GOMP_SPINCOUNT");
-    std::printf("threads: %d (OpenMP; OMP_WAIT_POLICY=%s, GOMP_SPINCOUNT=%s); float32 GEMMs: %s\n",
-                cpu::max_threads(), wait ? wait : "unset", spin ? spin : "unset", cpu::kFloatGemmEngine);
+    if constexpr (Backend::host_memory)
+      std::printf("threads: %d (OpenMP; OMP_WAIT_POLICY=%s, GOMP_SPINCOUNT=%s); float32 GEMMs: %s\n",
+                  cpu::max_threads(), wait ? wait : "unset", spin ? spin : "unset", cpu::kFloatGemmEngine);
+    else
+      std::printf("backend: %s (float32 parameters, gradients, moments and activations; the step runs on the "
+                  "device, the host keeps the data and writes checkpoints)\n",
+                  std::string(Backend::name).c_str());
     std::printf("learning rate: %g, %s; cosine to %g\n", o.lr, lr_source.c_str(), o.min_lr);
     std::printf("memory: %s planned%s (%s)\n", detail::gib(memory.total()).c_str(),
                 dp.distributed() ? " per rank" : "", memory.breakdown().c_str());
@@ -820,7 +861,7 @@ int run_training(TrainOptions o, Comm& comm) {
     const auto ts = clock::now();
     const double lr = sched.at(step);
     const double loss = detail::accumulate_gradients(model, sampler, o, idx, tgt, dp, o.fault_nan_at == step + 1);
-    const double gnorm = dp.grad_norm(model.params());
+    const double gnorm = dp.grad_norm(model);
     const std::int64_t done = step + 1;
     if (!std::isfinite(loss) || !std::isfinite(gnorm)) {
       const std::string what = std::string("non-finite ") + (std::isfinite(loss) ? "gradient norm" : "loss") +
@@ -835,6 +876,7 @@ int run_training(TrainOptions o, Comm& comm) {
       return 3;
     }
     dp.update(model, opt, o.grad_clip, gnorm, lr);
+    Backend::synchronize();  // the step's kernels are done before its time is taken
     const double dt = std::chrono::duration<double>(clock::now() - ts).count();
     step_time_sum += dt;
     const double elapsed = before.elapsed_s + std::chrono::duration<double>(clock::now() - t0).count();
@@ -1077,7 +1119,9 @@ inline void prefer_short_omp_spin(char** argv) {
 
 // main() of every train-<variant> executable. Under `mpirun -np N` (an MPI
 // build) the run is data parallel over N ranks with the same global --batch.
-template <class Tag, class Comm = default_communicator>
+// Backend: cpu_backend, or cuda_backend for the train-<variant>-cuda executables
+// (one process, the same flags, metrics and checkpoints; --sample runs on the CPU).
+template <class Tag, class Comm = default_communicator, class Backend = cpu_backend>
 int train_main(int argc, char** argv) {
   detail::prefer_short_omp_spin(argv);
   std::optional<Comm> comm_storage;
@@ -1129,7 +1173,7 @@ int train_main(int argc, char** argv) {
       return 0;
     }
     if (cmd.dry_run) {
-      using Model = typename Tag::template model<float>;
+      using Model = model_of<Tag, float, Backend>;
       const double lr = o.lr > 0 ? o.lr : Tag::default_lr, min_lr = o.min_lr >= 0 ? o.min_lr : lr / 10;
       if (min_lr > lr) throw Error("--min-lr " + exact_string(min_lr) + " must not exceed --lr " + exact_string(lr));
       const ModelConfig mc = detail::model_config(o, o.vocab > 0 ? o.vocab : 256);
@@ -1139,8 +1183,8 @@ int train_main(int argc, char** argv) {
                   std::string(Tag::name).c_str(), detail::gib(m.total()).c_str(), m.breakdown().c_str());
       return 0;
     }
-    if (o.time_steps > 0) return time_training<Tag>(o, comm);
-    return run_training<Tag>(o, comm);
+    if (o.time_steps > 0) return time_training<Tag, Comm, Backend>(o, comm);
+    return run_training<Tag, Comm, Backend>(o, comm);
   } catch (const std::bad_alloc&) {
     return fail(2, "out of memory (an allocation failed although the plan fitted; lower --batch, --seq or --d)");
   } catch (const std::exception& e) {

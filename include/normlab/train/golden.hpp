@@ -94,6 +94,7 @@ inline double meta_double(const io::SafetensorsFile& f, const std::string& key) 
 template <class Model>
 GoldenReport run_golden_model(const io::SafetensorsFile& f, const std::string& variant) {
   using T = typename Model::scalar_type;
+  using Backend = typename Model::backend;
   const GoldenTolerance tol = golden_tolerance<T>();
   ModelConfig mc;
   mc.vocab_size = meta_int(f, "vocab_size");
@@ -122,7 +123,10 @@ GoldenReport run_golden_model(const io::SafetensorsFile& f, const std::string& v
     f.read_into<T>("init/" + s.name, s.shape, std::span<T>(store.value(s.offset), s.numel));
     require_finite_tensor<T>(std::span<const T>(store.value(s.offset), s.numel), f.source(), "init/" + s.name);
   }
-  AdamW<T> opt(store, oc);
+  model.upload_params();  // the step runs on the backend's copy (the same memory on the CPU)
+  AdamW<T, Backend> opt(store, oc);
+  const std::int64_t n_params = static_cast<std::int64_t>(store.size());
+  std::vector<T> logits_host;
 
   GoldenReport rep;
   rep.variant = variant;
@@ -142,16 +146,26 @@ GoldenReport run_golden_model(const io::SafetensorsFile& f, const std::string& v
     const double loss = model.forward(idx.data(), tgt.data(), B, Tn);
     const T loss_t = T(loss);
     if (f.contains(p + "loss")) compare(p + "loss", &loss_t, 1, tol.values);
-    if (f.contains(p + "logits"))
-      compare(p + "logits", model.logits(), static_cast<std::size_t>(B * Tn * mc.vocab_size), tol.values);
+    if (f.contains(p + "logits")) {
+      const std::size_t n = static_cast<std::size_t>(B * Tn * mc.vocab_size);
+      const T* lg = model.logits();
+      if constexpr (!Backend::host_memory) {
+        logits_host.resize(n);
+        Backend::download(logits_host.data(), lg, std::int64_t(n));
+        lg = logits_host.data();
+      }
+      compare(p + "logits", lg, n, tol.values);
+    }
     model.backward();
+    model.download_grads();
     for (const ParamSpec& ps : store.specs())
       if (f.contains(p + "grad/" + ps.name)) compare(p + "grad/" + ps.name, store.grad(ps.offset), ps.numel, tol.values);
-    const double gn = clip_grad_norm(store, grad_clip);
+    const double gn = clip_grad_norm<Backend>(model.param_grads(), n_params, grad_clip);
     const T gn_t = T(gn);
     if (f.contains(p + "grad_norm")) compare(p + "grad_norm", &gn_t, 1, tol.values);
-    opt.step(store, lr);
+    opt.step(store, model.param_values(), model.param_grads(), lr);
     model.apply_constraint();
+    model.download_params();
     for (const ParamSpec& ps : store.specs())
       if (f.contains(p + "param/" + ps.name)) compare(p + "param/" + ps.name, store.value(ps.offset), ps.numel, tol.params);
   }

@@ -13,14 +13,17 @@ struct StepResult {
   double grad_norm = 0;  // before clipping
 };
 
-template <class Model, class T = typename Model::scalar_type>
-StepResult train_step(Model& model, AdamW<T>& opt, const std::int64_t* idx, const std::int64_t* targets,
+// On any backend: the model's live gradients and parameters are the
+// optimizer's (its moments are in the same memory).
+template <class Model, class T = typename Model::scalar_type, class Backend = typename Model::backend>
+StepResult train_step(Model& model, AdamW<T, Backend>& opt, const std::int64_t* idx, const std::int64_t* targets,
                       std::int64_t B, std::int64_t Tn, double lr, double grad_clip) {
   StepResult r;
   r.loss = model.forward(idx, targets, B, Tn);
   model.backward();
-  r.grad_norm = clip_grad_norm(model.params(), grad_clip);
-  opt.step(model.params(), lr);
+  r.grad_norm = clip_grad_norm<Backend>(model.param_grads(), static_cast<std::int64_t>(model.params().size()),
+                                        grad_clip);
+  opt.step(model.params(), model.param_values(), model.param_grads(), lr);
   model.apply_constraint();
   return r;
 }

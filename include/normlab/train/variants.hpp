@@ -1,6 +1,8 @@
 #pragma once
 // Named variants: each is one type instantiation of the block. This is the one
 // place that turns a runtime name (a flag, a checkpoint's metadata) into a type.
+// Tag::model<T> is the CPU model; Tag::model<float, cuda_backend> the same
+// variant on a GPU (backend/cuda/cuda_backend.hpp).
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -19,8 +21,10 @@ inline constexpr std::string_view kDefaultLrSource =
     static constexpr std::string_view name = #NAME;     \
     static constexpr std::string_view isolates = WHAT;  \
     static constexpr double default_lr = LR;            \
-    template <class T>                                  \
-    using model = Transformer<T, SCHEME, RULE>;         \
+    using scheme = SCHEME;                              \
+    using residual = RULE;                              \
+    template <class T, class Backend = cpu_backend>     \
+    using model = Transformer<T, SCHEME, RULE, Backend>; \
   };
 
 // The ablation matrix (docs/variants.md). Each row is one type.
@@ -40,6 +44,23 @@ NORMLAB_VARIANT(angpt_attnfactor, scalar_factors_attnfactor, lerp_nu, 3e-3,
 #undef NORMLAB_VARIANT
 
 }  // namespace variants
+
+// The model of a variant tag on a backend. A user's tag may declare only
+// `template <class T> using model = …` (the CPU model, as normlab's did before
+// the backend became a parameter): on cpu_backend that is what is used; on
+// another backend the tag needs `template <class T, class Backend> using model`.
+namespace detail {
+template <class Tag, class T, class Backend>
+struct model_for {
+  using type = typename Tag::template model<T, Backend>;
+};
+template <class Tag, class T>
+struct model_for<Tag, T, cpu_backend> {
+  using type = typename Tag::template model<T>;
+};
+}  // namespace detail
+template <class Tag, class T, class Backend = cpu_backend>
+using model_of = typename detail::model_for<Tag, T, Backend>::type;
 
 using all_variants =
     std::tuple<variants::gpt, variants::gpt_qknorm, variants::gpt_alpha, variants::ngpt, variants::ngpt_slerp,

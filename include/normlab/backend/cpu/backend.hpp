@@ -7,19 +7,42 @@
 // second backend is a second type with the same members, not a second model.
 // A backend lacking an op a policy needs fails to compile at that call.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <string_view>
 #include <utility>
 
 #include "normlab/backend/cpu/ops.hpp"
+#include "normlab/backend/cpu/residual.hpp"
+#include "normlab/backend/residual_math.hpp"
+#include "normlab/core/aligned.hpp"
 #include "normlab/tensor/tensor.hpp"
 
 namespace normlab {
 
 struct cpu_backend {
   static constexpr std::string_view name = "cpu";
+  // Memory. The model's buffers are host arrays: parameters live in the
+  // ParamStore itself, and uploads/downloads are copies (no other memory).
+  static constexpr bool host_memory = true;
   template <class T>
-  using arena = Arena<T>;
+  using vector = aligned_vector<T>;
+  template <class T>
+  static void upload(T* dst, const T* src, std::int64_t n) {
+    if (dst != src) std::copy_n(src, n, dst);
+  }
+  template <class T>
+  static void download(T* dst, const T* src, std::int64_t n) {
+    if (dst != src) std::copy_n(src, n, dst);
+  }
+  // Work issued so far is done when each op returns.
+  static void synchronize() {}
+  // Every shape the config allows runs on the CPU kernels.
+  static void check_model_limits(std::int64_t /*max_batch*/, std::int64_t /*max_seq*/, std::int64_t /*heads*/,
+                                 std::int64_t /*n_embd*/, std::int64_t /*head_dim*/) {}
+  // The built-in residual rules' math (ResidualMath), backend/cpu/residual.hpp.
+  template <ResidualMath M, class T>
+  using residual_kernels = cpu::ResidualKernels<M, T>;
 
 #define NORMLAB_CPU_LEAF(op)                     \
   template <class... A>                          \
@@ -63,6 +86,111 @@ struct cpu_backend {
   template <class T>
   static void add_into(T* dst, const T* src, std::int64_t n) {
     cpu::parallel_for(n, n > cpu::kParallelGrain, [&](std::int64_t i) { dst[i] += src[i]; });
+  }
+  // RoPE tables (max_seq, D/2) for the model's positions.
+  template <class T>
+  static void rope_table(T* cosv, T* sinv, std::int64_t Tn, std::int64_t dk, double base) {
+    cpu::rope_table(cosv, sinv, Tn, dk, base);
+  }
+  // A learned scale's effective values, out(n) = stored × k in double, |·| when
+  // `absolute` (α), broadcast from p[0] when `scalar`.
+  template <class T>
+  static void effective_scale(T* out, const T* p, double k, std::int64_t n, bool scalar, bool absolute) {
+    for (std::int64_t j = 0; j < n; ++j) {
+      const double x = double(p[scalar ? 0 : j]) * k;
+      out[j] = T(absolute ? std::abs(x) : x);
+    }
+  }
+  // g += d (vector) or g[0] += Σ d in order (scalar): the gradient of an expanded scale.
+  template <class T>
+  static void fold_scale_grad(T* g, const T* d, std::int64_t n, bool scalar) {
+    if (scalar) {
+      T acc = 0;
+      for (std::int64_t j = 0; j < n; ++j) acc += d[j];
+      g[0] += acc;
+    } else {
+      for (std::int64_t j = 0; j < n; ++j) g[j] += d[j];
+    }
+  }
+  // dα → the stored α: d|p k|/dp = sign(p k)·k (0 at 0, as torch.abs), into
+  // d_scale (C), then folded into g as fold_scale_grad.
+  template <class T>
+  static void alpha_grad_to_stored(T* g, T* d_scale, const T* dalpha, const T* p, double k, std::int64_t C,
+                                   bool scalar) {
+    for (std::int64_t j = 0; j < C; ++j) {
+      const double x = double(p[scalar ? 0 : j]) * k;
+      const double sgn = x > 0 ? 1.0 : (x < 0 ? -1.0 : 0.0);
+      d_scale[j] = T(double(dalpha[j]) * sgn * k);
+    }
+    fold_scale_grad(g, d_scale, C, scalar);
+  }
+  // ---- weight constraint (nn/constraint.hpp) on one matrix W (R, L): its rows
+  // (or columns) to norm 1, or only those above 1 shrunk; the same arithmetic
+  // as apply_weight_constraint, for a backend that keeps parameters apart from
+  // the ParamStore (the CPU model itself calls apply_weight_constraint).
+  template <class T>
+  static void constrain_matrix(T* W, std::int64_t R, std::int64_t L, bool rows, bool shrink_only) {
+    auto factor = [&](T norm) { return shrink_only ? (norm > T(1) ? T(1) / norm : T(1)) : T(1) / norm; };
+    if (rows) {
+      cpu::parallel_for(R, R * L > cpu::kParallelGrain, [&](std::int64_t i) {
+        T ss = 0;
+        for (std::int64_t j = 0; j < L; ++j) ss += W[i * L + j] * W[i * L + j];
+        const T f = factor(std::sqrt(ss));
+        for (std::int64_t j = 0; j < L; ++j) W[i * L + j] *= f;
+      });
+    } else {
+      T* f = cpu::detail::thread_scratch<T, cpu::detail::kNormPartials>(std::size_t(L));
+      std::fill_n(f, L, T(0));
+      cpu::column_reduce(f, R, L, [&](std::int64_t i, std::int64_t j) { return W[i * L + j] * W[i * L + j]; });
+      for (std::int64_t j = 0; j < L; ++j) f[j] = factor(std::sqrt(f[j]));
+      cpu::parallel_for(R, R * L > cpu::kParallelGrain, [&](std::int64_t i) {
+        for (std::int64_t j = 0; j < L; ++j) W[i * L + j] *= f[j];
+      });
+    }
+  }
+
+  // ---- optimizer (optim/adamw.hpp)
+  // One AdamW update of n values in PyTorch's order. Chunks of Eigen arrays:
+  // vectorized sqrt/div, elementwise, so any split gives the same bits.
+  template <class T>
+  static void adamw_update(T* p, T* m, T* v, const T* g, std::int64_t n, double decay_, bool decayed,
+                           double step_size_, double beta1, double beta2, double eps_, double sqrt_bc2_) {
+    const T decay = T(decay_), step_size = T(step_size_), b1 = T(beta1), b2 = T(beta2), eps = T(eps_);
+    const T sqrt_bc2 = T(sqrt_bc2_);
+    constexpr std::int64_t kChunk = 1 << 14;
+    const std::int64_t chunks = (n + kChunk - 1) / kChunk;
+    cpu::parallel_for(chunks, chunks > 1, [&](std::int64_t c) {
+      const std::int64_t i0 = c * kChunk, len = std::min(kChunk, n - i0);
+      using A = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
+      using CA = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
+      A P(p + i0, len), M(m + i0, len), Vs(v + i0, len);
+      CA Gr(g + i0, len);
+      if (decayed) P *= decay;
+      M = b1 * M + (T(1) - b1) * Gr;
+      Vs = b2 * Vs + (T(1) - b2) * Gr * Gr;
+      P -= step_size * (M / (Vs.sqrt() / sqrt_bc2 + eps));
+    });
+  }
+  // Σ x² in double: fixed chunks summed in parallel, then added in chunk order
+  // (the same bits for any thread count).
+  template <class T>
+  static double sum_squares(const T* x, std::int64_t n) {
+    constexpr std::int64_t kChunk = 1 << 16;
+    const std::int64_t chunks = (n + kChunk - 1) / kChunk;
+    double* part = cpu::detail::thread_scratch<double, cpu::detail::kNormPartials>(std::size_t(chunks));
+    cpu::parallel_for(chunks, chunks > 1, [&](std::int64_t c) {
+      double ss = 0;
+      for (std::int64_t i = c * kChunk; i < std::min(n, (c + 1) * kChunk); ++i) ss += double(x[i]) * double(x[i]);
+      part[c] = ss;
+    });
+    double ss = 0;
+    for (std::int64_t c = 0; c < chunks; ++c) ss += part[c];
+    return ss;
+  }
+  // x ← c·x (the clipping coefficient).
+  template <class T>
+  static void scale(T* x, std::int64_t n, T c) {
+    cpu::parallel_for(n, n > cpu::kParallelGrain, [&](std::int64_t i) { x[i] *= c; });
   }
   template <class T>
   static void fill(T* dst, std::int64_t n, T value) {

@@ -1,0 +1,364 @@
+#pragma once
+// The CPU backend's math of each built-in residual rule (nn/residual.hpp), keyed
+// by ResidualMath: forward and hand-written backward over host arrays.
+//   add:           out = h + f
+//   lerp:          out = h + α ⊙ (f − h)
+//   lerp_nu:       out = ν(α) ⊙ (h + α ⊙ (f − h)),  ν(α) = 1/√((1−α)² + α²)
+//   lerp_retract:  A = N(h), Bf = N(f), z = A + α ⊙ (Bf − A), out = N(z)
+//   slerp:         A = N(h), Bf = N(f), θ = ∠(A, Bf),
+//                  z = g(1−α, θ) ⊙ A + g(α, θ) ⊙ Bf with g(β, θ) = sin(βθ)/sin θ, out = N(z)
+// backward(dh, df, dα, dout, cache, out, h, f, α, N, C): dh may alias dout (the
+// residual-stream gradient is updated in place); dα accumulates. α is the
+// effective per-dimension step. Each specialization's Cache binds what backward
+// needs from the model's arena.
+#include <Eigen/Core>
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "normlab/backend/cpu/ops.hpp"
+#include "normlab/backend/residual_math.hpp"
+#include "normlab/tensor/tensor.hpp"
+
+namespace normlab::cpu {
+
+template <ResidualMath M, class T>
+struct ResidualKernels;
+
+template <class T>
+struct ResidualKernels<ResidualMath::add, T> {
+  struct Cache {
+    void bind(Arena<T>&, std::int64_t, std::int64_t) {}
+  };
+  static void forward(Cache&, T* out, const T* h, const T* f, const T* /*alpha*/, std::int64_t N,
+                      std::int64_t C) {
+    parallel_for(N * C, N * C > kParallelGrain, [&](std::int64_t i) { out[i] = h[i] + f[i]; });
+  }
+  // dh may alias dout (the residual stream gradient is updated in place).
+  static void backward(T* dh, T* df, T* /*dalpha*/, const T* dout, const Cache&, const T* /*out*/,
+                       const T* /*h*/, const T* /*f*/, const T* /*alpha*/, std::int64_t N, std::int64_t C) {
+    parallel_for(N * C, N * C > kParallelGrain, [&](std::int64_t i) {
+      const T g = dout[i];
+      df[i] = g;
+      dh[i] = g;
+    });
+  }
+};
+
+template <class T>
+struct ResidualKernels<ResidualMath::lerp_retract, T> {
+  struct Cache {
+    T* A = nullptr;    // (N,C) N(h)
+    T* Bf = nullptr;   // (N,C) N(f)
+    T* nh = nullptr;   // (N) ‖h‖
+    T* nf = nullptr;   // (N) ‖f‖
+    T* nz = nullptr;   // (N) ‖z‖
+    void bind(Arena<T>& a, std::int64_t N, std::int64_t C) {
+      A = a.take(N * C);
+      Bf = a.take(N * C);
+      nh = a.take(N);
+      nf = a.take(N);
+      nz = a.take(N);
+    }
+  };
+
+  // Eigen row maps: the norms and dots vectorize (a scalar float reduction
+  // does not, without reassociation).
+  static void forward(Cache& c, T* out, const T* h, const T* f, const T* alpha, std::int64_t N,
+                      std::int64_t C) {
+    CArrayRow<T> al(alpha, C);
+    parallel_for(N, N * C > kParallelGrain, [&](std::int64_t i) {
+      CArrayRow<T> hi(h + i * C, C), fi(f + i * C, C);
+      ArrayRow<T> A(c.A + i * C, C), Bf(c.Bf + i * C, C), o(out + i * C, C);
+      const T nh = std::sqrt(hi.matrix().squaredNorm()), nf = std::sqrt(fi.matrix().squaredNorm());
+      c.nh[i] = nh;
+      c.nf[i] = nf;
+      A = hi / nh;
+      Bf = fi / nf;
+      o = A + al * (Bf - A);
+      const T nz = std::sqrt(o.matrix().squaredNorm());
+      c.nz[i] = nz;
+      o /= nz;
+    });
+  }
+
+  // dz = (dout − out (out·dout)) / ‖z‖; dα += Σ_rows dz ⊙ (Bf − A);
+  // dh = Nᵀ(A, dz ⊙ (1−α)); df = Nᵀ(Bf, dz ⊙ α). dh may alias dout.
+  // One pass over the rows; dα through row_chunk_reduce (independent of the thread count).
+  static void backward(T* dh, T* df, T* dalpha, const T* dout, const Cache& c, const T* out, const T* /*h*/,
+                       const T* /*f*/, const T* alpha, std::int64_t N, std::int64_t C) {
+    CArrayRow<T> al(alpha, C);
+    row_chunk_reduce(dalpha, N, C, N * C > kParallelGrain, [&](std::int64_t i, ArrayRow<T>& pa) {
+      CArrayRow<T> o(out + i * C, C), g(dout + i * C, C), A(c.A + i * C, C), Bf(c.Bf + i * C, C);
+      ArrayRow<T> dz(df + i * C, C), dhi(dh + i * C, C);  // dz parked in df
+      const T d = o.matrix().dot(g.matrix());
+      dz = (g - o * d) / c.nz[i];  // g is not read after this line (dh may alias it)
+      pa += dz * (Bf - A);
+      const T sA = (A * dz * (T(1) - al)).sum(), sB = (Bf * dz * al).sum();
+      dhi = (dz * (T(1) - al) - A * sA) / c.nh[i];
+      dz = (dz * al - Bf * sB) / c.nf[i];
+    });
+  }
+};
+
+template <class T>
+struct ResidualKernels<ResidualMath::lerp, T> {
+  struct Cache {
+    void bind(Arena<T>&, std::int64_t, std::int64_t) {}
+  };
+  static void forward(Cache&, T* out, const T* h, const T* f, const T* alpha, std::int64_t N, std::int64_t C) {
+    parallel_for(N, N * C > kParallelGrain, [&](std::int64_t i) {
+      for (std::int64_t j = 0; j < C; ++j) {
+        const std::int64_t k = i * C + j;
+        out[k] = h[k] + alpha[j] * (f[k] - h[k]);
+      }
+    });
+  }
+  static void backward(T* dh, T* df, T* dalpha, const T* dout, const Cache&, const T* /*out*/, const T* h,
+                       const T* f, const T* alpha, std::int64_t N, std::int64_t C) {
+    column_dot_accumulate_diff(dalpha, dout, f, h, N, C);
+    parallel_for(N, N * C > kParallelGrain, [&](std::int64_t i) {
+      for (std::int64_t j = 0; j < C; ++j) {
+        const std::int64_t k = i * C + j;
+        const T g = dout[k];
+        df[k] = g * alpha[j];
+        dh[k] = g * (T(1) - alpha[j]);
+      }
+    });
+  }
+};
+
+// anGPT's residual: LERP scaled by ν(α) = 1/√((1−α)² + α²), the norm of
+// (1−α)h + αf for orthogonal unit h and f, so unit inputs give unit outputs.
+template <class T>
+struct ResidualKernels<ResidualMath::lerp_nu, T> {
+  struct Cache {
+    void bind(Arena<T>&, std::int64_t, std::int64_t) {}
+  };
+  static T nu(T a) { return T(1) / std::sqrt((T(1) - a) * (T(1) - a) + a * a); }
+  // ν(α_j) and ν'(α_j) = −(2α − 1) ν³ once per call, then row-wise Eigen arrays.
+  static T* coefficients(const T* alpha, std::int64_t C) {
+    T* k = detail::thread_scratch<T, detail::kResidualCoef>(std::size_t(2 * C));
+    for (std::int64_t j = 0; j < C; ++j) {
+      const T v = nu(alpha[j]);
+      k[j] = v;
+      k[C + j] = -(T(2) * alpha[j] - T(1)) * v * v * v;
+    }
+    return k;
+  }
+  static void forward(Cache&, T* out, const T* h, const T* f, const T* alpha, std::int64_t N, std::int64_t C) {
+    const T* k = coefficients(alpha, C);
+    CArrayRow<T> al(alpha, C), v(k, C);
+    parallel_for(N, N * C > kParallelGrain, [&](std::int64_t i) {
+      CArrayRow<T> hi(h + i * C, C), fi(f + i * C, C);
+      ArrayRow<T>(out + i * C, C) = v * (hi + al * (fi - hi));
+    });
+  }
+  // dα += Σ_rows dout ⊙ (ν (f − h) + ν' z), z = h + α(f − h); df = dout ν α; dh = dout ν (1 − α).
+  // One pass; dα through row_chunk_reduce. dh may alias dout.
+  static void backward(T* dh, T* df, T* dalpha, const T* dout, const Cache&, const T* /*out*/, const T* h,
+                       const T* f, const T* alpha, std::int64_t N, std::int64_t C) {
+    const T* k = coefficients(alpha, C);
+    CArrayRow<T> al(alpha, C), v(k, C), dv(k + C, C);
+    row_chunk_reduce(dalpha, N, C, N * C > kParallelGrain, [&](std::int64_t i, ArrayRow<T>& pa) {
+      CArrayRow<T> g(dout + i * C, C), hi(h + i * C, C), fi(f + i * C, C);
+      pa += g * (v * (fi - hi) + dv * (hi + al * (fi - hi)));
+      ArrayRow<T>(df + i * C, C) = g * v * al;
+      ArrayRow<T>(dh + i * C, C) = g * v * (T(1) - al);  // last: dh may alias dout
+    });
+  }
+};
+
+// Spherical interpolation with a per-dimension step. The coefficients use
+// g(β, θ) = sin(βθ)/sin θ, evaluated by its Taylor series for small θ (the
+// LERP limit), and θ is clamped to π − 1e-4 where the geodesic stops being
+// unique (antipodal inputs). Scalar α gives the exact geodesic (z already unit).
+namespace detail {
+inline constexpr double kSlerpMaxTheta = 3.14159265358979323846 - 1e-4;
+// Below this angle the coefficients come from their Taylor series in θ (the
+// LERP limit): truncation O(θ⁴) ≤ 1e-12 relative.
+inline constexpr double kSlerpSeriesTheta = 1e-3;
+}  // namespace detail
+
+// Per element, with β = 1−α for P (the weight of A) and β = α for Q (of Bf):
+//   g(β,θ) = sin(βθ)/sin θ,  g_θ(β,θ) = (∂g/∂θ)/sin θ,  g_β(β,θ) = θ cos(βθ)/sin θ.
+// Forward computes all six coefficient rows once (vectorized sin/cos through
+// Eigen arrays: one sin and one cos of each of (1−α)θ and αθ), and keeps them
+// for backward, which is then plain arithmetic.
+template <class T>
+struct ResidualKernels<ResidualMath::slerp, T> {
+  struct Cache {
+    T* A = nullptr;   // (N,C) N(h)
+    T* Bf = nullptr;  // (N,C) N(f)
+    T* nh = nullptr;  // (N)
+    T* nf = nullptr;  // (N)
+    T* nz = nullptr;  // (N) ‖z‖
+    T* th = nullptr;  // (N) θ (clamped)
+    T* clamped = nullptr;  // (N) 1 where θ hit its clamp (no gradient through θ)
+    T* dot = nullptr;      // (N) backward scratch: out·dout
+    T* P = nullptr;        // (N,C) g(1−α, θ)
+    T* Q = nullptr;        // (N,C) g(α, θ)
+    T* Pth = nullptr;      // (N,C) g_θ(1−α, θ)
+    T* Qth = nullptr;      // (N,C) g_θ(α, θ)
+    T* Pb = nullptr;       // (N,C) g_β(1−α, θ)
+    T* Qb = nullptr;       // (N,C) g_β(α, θ)
+    double* dalpha_acc = nullptr;  // (C) backward scratch
+    std::vector<double> dalpha_store;
+    void bind(Arena<T>& a, std::int64_t N, std::int64_t C) {
+      dot = a.take(N);
+      P = a.take(N * C);
+      Q = a.take(N * C);
+      Pth = a.take(N * C);
+      Qth = a.take(N * C);
+      Pb = a.take(N * C);
+      Qb = a.take(N * C);
+      if (!a.counting()) {
+        dalpha_store.assign(static_cast<std::size_t>(C), 0.0);
+        dalpha_acc = dalpha_store.data();
+      }
+      A = a.take(N * C);
+      Bf = a.take(N * C);
+      nh = a.take(N);
+      nf = a.take(N);
+      nz = a.take(N);
+      th = a.take(N);
+      clamped = a.take(N);
+    }
+  };
+
+  // The six coefficient rows of one token (length C) for angle th.
+  static void coefficients(const Cache& c, std::int64_t i, const T* alpha, std::int64_t C, double th) {
+    using Row = Eigen::Map<Eigen::Array<T, 1, Eigen::Dynamic>>;
+    using CRow = Eigen::Map<const Eigen::Array<T, 1, Eigen::Dynamic>>;
+    const std::int64_t o = i * C;
+    if (th < detail::kSlerpSeriesTheta) {
+      const double t2 = th * th;
+      auto series = [t2](double b, T& g, T& gth, T& gb) {
+        const double b2 = b * b;
+        g = T(b * (1.0 + (1.0 - b2) * t2 / 6.0));
+        gth = T(b * (1.0 - b2) / 3.0 + b * (1.0 - b2) * (4.0 - b2) * t2 / 30.0);
+        gb = T(1.0 + (1.0 - 3.0 * b2) * t2 / 6.0);
+      };
+      for (std::int64_t j = 0; j < C; ++j) {
+        series(1.0 - double(alpha[j]), c.P[o + j], c.Pth[o + j], c.Pb[o + j]);
+        series(double(alpha[j]), c.Q[o + j], c.Qth[o + j], c.Qb[o + j]);
+      }
+      return;
+    }
+    const T s = T(std::sin(th)), co = T(std::cos(th)), tt = T(th);
+    const T inv_s = T(1) / s, inv_s3 = inv_s * inv_s * inv_s;
+    CRow a(alpha, C);
+    Row P(c.P + o, C), Q(c.Q + o, C), Pth(c.Pth + o, C), Qth(c.Qth + o, C), Pb(c.Pb + o, C), Qb(c.Qb + o, C);
+    // sin and cos land in P/Q and Pb/Qb first; every later line is elementwise in place.
+    P = ((T(1) - a) * tt).sin();
+    Pb = ((T(1) - a) * tt).cos();
+    Q = (a * tt).sin();
+    Qb = (a * tt).cos();
+    Pth = ((T(1) - a) * Pb * s - P * co) * inv_s3;
+    Qth = (a * Qb * s - Q * co) * inv_s3;
+    P *= inv_s;
+    Q *= inv_s;
+    Pb *= tt * inv_s;
+    Qb *= tt * inv_s;
+  }
+
+  static void forward(Cache& c, T* out, const T* h, const T* f, const T* alpha, std::int64_t N, std::int64_t C) {
+    parallel_for(N, N * C > kParallelGrain, [&](std::int64_t i) {
+      const T* hi = h + i * C;
+      const T* fi = f + i * C;
+      double sh = 0, sf = 0;
+      for (std::int64_t j = 0; j < C; ++j) {
+        sh += double(hi[j]) * hi[j];
+        sf += double(fi[j]) * fi[j];
+      }
+      const double nh = std::sqrt(sh), nf = std::sqrt(sf);
+      T* A = c.A + i * C;
+      T* Bf = c.Bf + i * C;
+      // θ = 2·atan2(‖A − Bf‖, ‖A + Bf‖): accurate at both ends, where acos(A·Bf) loses half the digits.
+      double sm = 0, sp = 0;
+      for (std::int64_t j = 0; j < C; ++j) {
+        A[j] = T(hi[j] / nh);
+        Bf[j] = T(fi[j] / nf);
+        const double dm = double(A[j]) - Bf[j], dp = double(A[j]) + Bf[j];
+        sm += dm * dm;
+        sp += dp * dp;
+      }
+      double th = 2.0 * std::atan2(std::sqrt(sm), std::sqrt(sp));
+      const bool clamp = th > detail::kSlerpMaxTheta;
+      if (clamp) th = detail::kSlerpMaxTheta;
+      c.nh[i] = T(nh);
+      c.nf[i] = T(nf);
+      c.th[i] = T(th);
+      c.clamped[i] = clamp ? T(1) : T(0);
+      coefficients(c, i, alpha, C, th);
+      T* o = out + i * C;
+      const T* Pi = c.P + i * C;
+      const T* Qi = c.Q + i * C;
+      double sz = 0;
+      for (std::int64_t j = 0; j < C; ++j) {
+        const T z = Pi[j] * A[j] + Qi[j] * Bf[j];
+        o[j] = z;
+        sz += double(z) * z;
+      }
+      const T inz = T(1.0 / std::sqrt(sz));
+      c.nz[i] = T(std::sqrt(sz));
+      for (std::int64_t j = 0; j < C; ++j) o[j] *= inz;
+    });
+  }
+
+  // dz = Nᵀ(out, dout); through z = P A + Q Bf with P = g(1−α,θ), Q = g(α,θ):
+  //   dA = dz ⊙ P + du·Bf, dBf = dz ⊙ Q + du·A, with du = −dθ/sin θ
+  //   = −Σ dz ⊙ (P_θ ⊙ A + Q_θ ⊙ Bf); dα = Σ dz ⊙ (−P_β ⊙ A + Q_β ⊙ Bf).
+  static void backward(T* dh, T* df, T* dalpha, const T* dout, const Cache& c, const T* out, const T* /*h*/,
+                       const T* /*f*/, const T* /*alpha*/, std::int64_t N, std::int64_t C) {
+    parallel_for(N, N * C > kParallelGrain, [&](std::int64_t i) {
+      double d = 0;
+      for (std::int64_t j = 0; j < C; ++j) d += double(out[i * C + j]) * dout[i * C + j];
+      c.dot[i] = T(d);
+    });
+    // dα first (deterministic column reduction, in double), before dh overwrites dout.
+    std::fill_n(c.dalpha_acc, C, 0.0);
+    column_reduce(c.dalpha_acc, N, C, [&](std::int64_t i, std::int64_t j) {
+      const std::int64_t k = i * C + j;
+      const double dz = (dout[k] - out[k] * double(c.dot[i])) / c.nz[i];
+      return dz * (-double(c.Pb[k]) * c.A[k] + double(c.Qb[k]) * c.Bf[k]);
+    });
+    for (std::int64_t j = 0; j < C; ++j) dalpha[j] += T(c.dalpha_acc[j]);
+    parallel_for(N, N * C > kParallelGrain, [&](std::int64_t i) {
+      const std::int64_t r = i * C;
+      const T* o = out + r;
+      const T* g = dout + r;
+      const T* A = c.A + r;
+      const T* Bf = c.Bf + r;
+      const T d = c.dot[i];
+      const T inz = T(1) / c.nz[i];
+      double du = 0;
+      if (c.clamped[i] == T(0))
+        for (std::int64_t j = 0; j < C; ++j) {
+          const T dz = (g[j] - o[j] * d) * inz;
+          du -= double(dz * (c.Pth[r + j] * A[j] + c.Qth[r + j] * Bf[j]));
+        }
+      // dA, dBf, then through the two row normalizations (need A·dA, Bf·dBf).
+      const T tdu = T(du);
+      double sA = 0, sB = 0;
+      for (std::int64_t j = 0; j < C; ++j) {
+        const T dz = (g[j] - o[j] * d) * inz;
+        sA += double(A[j] * (dz * c.P[r + j] + tdu * Bf[j]));
+        sB += double(Bf[j] * (dz * c.Q[r + j] + tdu * A[j]));
+      }
+      const T inh = T(1) / c.nh[i], inf = T(1) / c.nf[i], tsA = T(sA), tsB = T(sB);
+      T* dhi = dh + r;
+      T* dfi = df + r;
+      for (std::int64_t j = 0; j < C; ++j) {
+        const T dz = (g[j] - o[j] * d) * inz;
+        const T dA = dz * c.P[r + j] + tdu * Bf[j];
+        const T dB = dz * c.Q[r + j] + tdu * A[j];
+        dfi[j] = (dB - Bf[j] * tsB) * inf;
+        dhi[j] = (dA - A[j] * tsA) * inh;  // last: dhi may alias g
+      }
+    });
+  }
+};
+
+}  // namespace normlab::cpu
