@@ -6,8 +6,10 @@
 #      GPU's architecture only, and builds the CUDA tests (required) and the
 #      benchmark (optional: without Google Benchmark the tests still run);
 #   2. runs the CUDA tests: launch limits, every kernel against the float64 CPU
-#      path, the model against the golden files and the float64 CPU model,
-#      bit-identical reruns;
+#      path, the one model on the CUDA backend (every variant) against the golden
+#      files and the float64 CPU model, decoding, bit-identical reruns; then
+#      trains every variant's train-<variant>-cuda for 20 steps through the
+#      driver, and moves a checkpoint from a GPU run to a CPU run (resume);
 #   3. runs the benchmark (MFU, ngpt/gpt step ratio, row kernels vs copy bandwidth);
 #   4. prints one summary table (also $LOGS/summary.md).
 # Logs go to $OUT (the device tool's output folder) when set, else build-gpu/logs.
@@ -58,7 +60,10 @@ if ! cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNORMLAB_CU
   exit 1
 fi
 tests=(test_cuda_limits test_cuda_kernels test_cuda_model)
-if ! cmake --build "$BUILD_DIR" -j "$(nproc)" --target "${tests[@]}" > "$LOGS/build.log" 2>&1; then
+VARIANTS=(gpt gpt_qknorm gpt_alpha ngpt ngpt_slerp ngpt_noqknorm ngpt_scalar ngpt_fixedscales angpt angpt_attnfactor)
+trainers=()
+for v in "${VARIANTS[@]}"; do trainers+=("train-$v-cuda"); done
+if ! cmake --build "$BUILD_DIR" -j "$(nproc)" --target "${tests[@]}" "${trainers[@]}" > "$LOGS/build.log" 2>&1; then
   grep -m20 -E "error|Error" "$LOGS/build.log"
   tail -30 "$LOGS/build.log"
   echo "gpu-check: FAIL (build; $LOGS/build.log)"
@@ -106,6 +111,35 @@ for t in "${tests[@]}"; do
   rows+=("| $t | $status | ${checks:--} | $worst |")
 done
 stamp "tests"
+
+# Every variant through the driver on the GPU: 20 steps on synthetic data,
+# exit 0, finite losses, the last below the first (docs/cuda.md).
+TRAIN_FLAGS=(--data synthetic --steps 20 --batch 4 --seq 64 --d 64 --layers 2 --heads 4 --eval-every 10
+             --eval-batches 2 --quiet --overwrite)
+for v in "${VARIANTS[@]}"; do
+  out="$LOGS/runs/$v"
+  timeout 120 "$BUILD_DIR/train-$v-cuda" "${TRAIN_FLAGS[@]}" --out "$out" > "$LOGS/train-$v-cuda.log" 2>&1
+  r=$?
+  verdict=$(python3 - "$out/metrics.jsonl" <<'PY' 2>&1
+import json, math, sys
+try:
+    rows = [json.loads(l) for l in open(sys.argv[1]) if '"train_loss"' in l]
+except OSError as e:
+    print(f"FAIL no metrics ({e.strerror})"); sys.exit()
+ls = [r["train_loss"] for r in rows]
+ok = len(ls) == 20 and all(math.isfinite(x) for x in ls) and ls[-1] < ls[0]
+print(("PASS" if ok else "FAIL") + f" {len(ls)} steps, loss {ls[0]:.4f} -> {ls[-1]:.4f}" if ls else "FAIL no steps")
+PY
+)
+  if [ $r -ne 0 ]; then
+    if [ $HAVE_GPU -eq 0 ] && grep -q "no CUDA device" "$LOGS/train-$v-cuda.log"; then status=SKIP; verdict="-"
+    else status="FAIL (exit $r)"; rc=1; tail -3 "$LOGS/train-$v-cuda.log"; fi
+  elif [[ $verdict == PASS* ]]; then status=PASS
+  else status=FAIL; rc=1
+  fi
+  rows+=("| train-$v-cuda (20 steps) | $status | ${verdict#* } | - |")
+done
+stamp "trainers"
 
 if [ $bench_built -eq 1 ] && [ $HAVE_GPU -eq 1 ]; then
   timeout 300 "$BUILD_DIR/bench/cuda/normlab_cuda_bench" --benchmark_counters_tabular=true \

@@ -67,6 +67,8 @@ bad=0
 case_of "exits 0 offline (no GPU, staged dependencies only)" '[ $rc -eq 0 ]' "gpu-check.sh exit $rc"
 case_of "no network inside" '! grep -q "network reachable" "$WORK/gpu-check.out"' "network reachable"
 case_of "configures and builds the tests" '[ -x "$WORK/clone/build-gpu/tests/cuda/test_cuda_model" ] && [ -x "$WORK/clone/build-gpu/tests/cuda/test_cuda_kernels" ]' "test binaries missing"
+case_of "builds every train-<variant>-cuda against the staged CLI11" '[ "$(ls "$WORK/clone/build-gpu"/train-*-cuda 2>/dev/null | wc -l)" -eq 10 ]' "$(ls "$WORK/clone/build-gpu"/train-*-cuda 2>/dev/null | wc -l) of 10 trainers"
+case_of "the trainers refuse to run without a GPU, with a sentence" 'grep -cE "^\| train-[a-z_]+-cuda \(20 steps\) \| SKIP" "$WORK/logs/summary.md" | grep -qx 10' "see summary.md"
 case_of "builds the benchmark against the staged Google Benchmark" '[ -x "$WORK/clone/build-gpu/bench/cuda/normlab_cuda_bench" ]' "benchmark binary missing"
 case_of "used the staged Eigen" 'grep -q "gpu-deps/usr/share/eigen3/cmake" "$WORK/clone/build-gpu/CMakeCache.txt"' "Eigen3_DIR is not the staged one"
 case_of "launch-limit test passes without a GPU" 'grep -qE "^\| test_cuda_limits \| PASS" "$WORK/logs/summary.md"' "see summary.md"

@@ -1,7 +1,8 @@
 // GPU benchmarks of the CUDA backend (docs/cuda.md, docs/perf.md):
 //  * BM_TrainStep/<variant>: one full training step (forward, backward, clip,
-//    AdamW, constraint) at d=1024, 24 layers, 16 heads, T=1024, vocabulary
-//    50304, bf16, batch 8 (--batch=N to change): tokens/s and MFU;
+//    AdamW, constraint) of the one model on cuda_backend at d=1024, 24 layers,
+//    16 heads, T=1024, vocabulary 50304, batch 8 (--batch=N to change), float32
+//    storage (MFU is against the bf16 peak, so low until bf16 is wired in): tokens/s and MFU;
 //  * BM_Gemm: a large bf16 GEMM through the same backend (compute ceiling);
 //  * BM_Copy: device-to-device copy on the stream (memory ceiling, read + write bytes);
 //  * BM_Kernel/<name>: the fused row kernels at the step's shapes, GB/s of the
@@ -26,7 +27,10 @@
 
 #include "normlab/backend/cuda/backend.hpp"
 #include "normlab/backend/cuda/kernels.hpp"
-#include "normlab/backend/cuda/model.hpp"
+#include "normlab/backend/cuda/cuda_backend.hpp"
+#include "normlab/model/transformer.hpp"
+#include "normlab/train/step.hpp"
+#include "normlab/train/variants.hpp"
 
 using namespace normlab;
 using namespace normlab::cuda;
@@ -108,14 +112,17 @@ double flops_per_token(const ModelConfig& c, std::int64_t T) {
   return 6.0 * weights + 6.0 * double(c.n_layer) * double(T) * d;
 }
 
-template <class Model>
+// The one model on the CUDA backend (float32 storage), one train_step a iteration.
+template <class Tag>
 void train_step_bench(benchmark::State& state, const char* variant) {
+  using Model = typename Tag::template model<float, cuda_backend>;
   Backend& be = backend();
+  cuda::use(be);
   const ModelConfig mc = bench_config();
   const std::int64_t B = opts.batch, T = kSeq, N = B * T;
   std::unique_ptr<Model> m;
   try {
-    m = std::make_unique<Model>(be, mc, B, T);
+    m = std::make_unique<Model>(mc, B, T);
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
     return;
@@ -123,16 +130,12 @@ void train_step_bench(benchmark::State& state, const char* variant) {
   m->init(1);
   AdamWConfig oc;
   oc.weight_decay = 0.1;
-  m->configure_optimizer(oc);
+  AdamW<float, cuda_backend> opt(m->params(), oc);
   std::mt19937_64 rng(3);
   std::vector<std::int64_t> idx(N), tgt(N);
   for (auto& x : idx) x = std::int64_t(rng() % std::uint64_t(mc.vocab_size));
   for (auto& x : tgt) x = std::int64_t(rng() % std::uint64_t(mc.vocab_size));
-  auto step = [&] {
-    m->forward(idx.data(), tgt.data(), B, T);
-    m->backward();
-    m->step(1e-4, 1.0);
-  };
+  auto step = [&] { train_step(*m, opt, idx.data(), tgt.data(), B, T, 1e-4, 1.0); };
   step();  // warm-up: cuBLASLt plans, caches
   EventTimer ev;
   double total = 0;
@@ -150,14 +153,15 @@ void train_step_bench(benchmark::State& state, const char* variant) {
   state.counters["tokens_per_second"] = tps;
   state.counters["TFLOPs"] = tps * flops_per_token(mc, T) * 1e-12;
   state.counters["MFU"] = mfu;
-  state.counters["GiB"] = double(m->device_bytes()) / double(1u << 30);
+  const auto plan = Model::memory_plan(mc, B, T);
+  state.counters["GiB"] = double(plan.total() + 2 * plan.parameters) / double(1u << 30);
   figures[std::string("step_s/") + variant] = total / double(iters);
   figures[std::string("mfu/") + variant] = mfu;
 }
 
-void BM_TrainStep_gpt(benchmark::State& s) { train_step_bench<cuda::GPT<cuda::bf16>>(s, "gpt"); }
-void BM_TrainStep_ngpt(benchmark::State& s) { train_step_bench<cuda::NGPT<cuda::bf16>>(s, "ngpt"); }
-void BM_TrainStep_angpt(benchmark::State& s) { train_step_bench<cuda::ANGPT<cuda::bf16>>(s, "angpt"); }
+void BM_TrainStep_gpt(benchmark::State& s) { train_step_bench<variants::gpt>(s, "gpt"); }
+void BM_TrainStep_ngpt(benchmark::State& s) { train_step_bench<variants::ngpt>(s, "ngpt"); }
+void BM_TrainStep_angpt(benchmark::State& s) { train_step_bench<variants::angpt>(s, "angpt"); }
 
 // Random values in a storage buffer (uploaded once as float, converted on the device).
 void fill(Backend& be, Dtype dt, void* dst, std::int64_t n, double scale, double shift, std::uint64_t seed) {

@@ -93,9 +93,11 @@ void test_residual(Backend& be, Dtype dt, ResidualKind kind, const char* name, T
   const Vec dOut = rounded(dt, test::random_vec(rng, N * C));
   DTensor h(be, dt, Hh), f(be, dt, Ff), al(be, Dtype::f32, alpha), out(be, dt, N * C);
   DTensor nh(be, Dtype::f32, N), nf(be, Dtype::f32, N), nz(be, Dtype::f32, N), rowdot(be, Dtype::f32, N);
-  DTensor g(be, dt, dOut), df(be, dt, N * C), dal(be, Dtype::f32, C);
+  DTensor th(be, Dtype::f32, N), clamped(be, Dtype::f32, N);
+  // dα accumulates: it starts at zero, as the model's residual site leaves it.
+  DTensor g(be, dt, dOut), df(be, dt, N * C), dal(be, Dtype::f32, Vec(std::size_t(C), 0.0));
   DTensor partial(be, Dtype::f32, colreduce_chunks(N) * C);
-  const k::ResidualCache cache{nh.f(), nf.f(), nz.f()};
+  const k::ResidualCache cache{nh.f(), nf.f(), nz.f(), th.f(), clamped.f()};
   k::residual_forward(dt, kind, out.ptr(), h.ptr(), f.ptr(), al.f(), cache, N, C, be.stream());
   // Backward with dh aliasing dout, as the model calls it.
   k::residual_backward(dt, kind, g.ptr(), df.ptr(), dal.f(), g.ptr(), out.ptr(), h.ptr(), f.ptr(), al.f(), cache,
@@ -374,6 +376,7 @@ int main() {
       test_residual<normlab::lerp>(be, dt, ResidualKind::lerp, "lerp", t, rng);
       test_residual<lerp_nu>(be, dt, ResidualKind::lerp_nu, "lerp_nu", t, rng);
       test_residual<lerp_retract>(be, dt, ResidualKind::lerp_retract, "lerp_retract", t, rng);
+      test_residual<slerp>(be, dt, ResidualKind::slerp, "slerp", t, rng);
       test_qk(be, dt, t, rng);
       test_attention(be, dt, t, rng);
       test_swiglu(be, dt, t, rng);

@@ -45,9 +45,9 @@ int main() {
     k::embedding_backward(Dtype::f32, nullptr, nullptr, nullptr, nullptr, 1, nullptr, 8388609, nullptr);
   });
   // The model checks its whole envelope at construction (before any allocation).
-  refuses(t, "model: batch 8192 x 8 heads", {"cuda::Transformer", "batch 8192", "heads 8"},
+  refuses(t, "model: batch 8192 x 8 heads", {"cuda_backend", "batch 8192", "heads 8"},
           [] { check_model_grid_limits(8192, 16, 8, 512); });
-  refuses(t, "model: batch 4097 x seq 4096 tokens", {"cuda::Transformer", "16781312 tokens", "65552"},
+  refuses(t, "model: batch 4097 x seq 4096 tokens", {"cuda_backend", "16781312 tokens", "65552"},
           [] { check_model_grid_limits(4097, 4096, 1, 512); });
   bool fits = true;
   try {

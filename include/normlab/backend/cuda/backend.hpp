@@ -131,6 +131,20 @@ class Backend {
   }
   std::size_t cached_plans() const { return plans_.size(); }
 
+  // Grow-only device scratch, one buffer per slot: the temporaries of the
+  // model's ops (column-reduction partials, row dots, staged tokens, …). The
+  // first step sizes them; later steps allocate nothing. Growing waits for the
+  // stream first, so no kernel still reads the buffer being replaced.
+  enum Slot { kPartial, kRowDot, kAttnSum, kRowLoss, kTokens, kDecode, kNormPartial, kNormOut, kSlots };
+  void* scratch(Slot slot, std::size_t bytes) {
+    DeviceBuffer& b = scratch_[slot];
+    if (b.bytes() < bytes) {
+      synchronize();
+      b = DeviceBuffer(bytes);
+    }
+    return b.get();
+  }
+
   // Row-major C(M×N) = alpha·op(A)(M×K)·op(B)(K×N) + beta·C (see the mapping above).
   // ab: type of A and B; c: type of C (= D, written in place).
   void gemm(Dtype ab, Dtype c, bool transA, bool transB, std::int64_t M, std::int64_t N, std::int64_t K,
@@ -238,6 +252,22 @@ class Backend {
   cublasLtHandle_t lt_ = nullptr;
   DeviceBuffer workspace_;
   std::map<Key, Plan> plans_;
+  DeviceBuffer scratch_[kSlots];
 };
+
+// The Backend the static ops of normlab::cuda_backend run on: the one given to
+// use(), or else one on device 0 created at first use. It is never destroyed
+// (models may outlive any scope that could own it, and the CUDA runtime's
+// teardown at exit must not race a handle's destruction).
+inline Backend*& current_slot() {
+  static Backend* current = nullptr;
+  return current;
+}
+inline Backend& current() {
+  Backend*& b = current_slot();
+  if (!b) b = new Backend(0);
+  return *b;
+}
+inline void use(Backend& be) { current_slot() = &be; }
 
 }  // namespace normlab::cuda

@@ -33,9 +33,39 @@ void to_float(Dtype dt, float* dst, const void* src, std::int64_t n, cudaStream_
   });
   NORMLAB_CUDA_CHECK_LAUNCH();
 }
-void effective_scale(float* out, const float* p, double k, std::int64_t n, bool absolute, cudaStream_t s) {
-  dev::effective_scale_kernel<<<unsigned((n + 255) / 256), 256, 0, s>>>(out, p, k, n, absolute);
+void effective_scale(float* out, const float* p, double k, std::int64_t n, bool absolute, cudaStream_t s,
+                     bool scalar) {
+  if (n <= 0) return;
+  dev::effective_scale_kernel<<<unsigned((n + 255) / 256), 256, 0, s>>>(out, p, k, n, absolute, scalar);
   NORMLAB_CUDA_CHECK_LAUNCH();
+}
+void fold_scalar(float* g, const float* d, std::int64_t n, cudaStream_t s) {
+  dev::fold_scalar_kernel<<<1, 256, 0, s>>>(g, d, n);
+  NORMLAB_CUDA_CHECK_LAUNCH();
+}
+void alpha_grad_scalar(float* g, float* d_scale, const float* dalpha, const float* p, double k, std::int64_t n,
+                       cudaStream_t s) {
+  dev::alpha_grad_scalar_kernel<<<1, 256, 0, s>>>(g, d_scale, dalpha, p, k, n);
+  NORMLAB_CUDA_CHECK_LAUNCH();
+}
+void fill(float* x, float value, std::int64_t n, cudaStream_t s) {
+  if (n <= 0) return;
+  dev::fill_kernel<<<flat_blocks(n), 256, 0, s>>>(x, value, n);
+  NORMLAB_CUDA_CHECK_LAUNCH();
+}
+void add_into(float* dst, const float* src, std::int64_t n, cudaStream_t s) {
+  if (n <= 0) return;
+  dev::add_into_kernel<<<flat_blocks(n), 256, 0, s>>>(dst, src, n);
+  NORMLAB_CUDA_CHECK_LAUNCH();
+}
+void scale_columns(float* y, const float* x, const float* sc, std::int64_t N, std::int64_t L, cudaStream_t s) {
+  if (N * L <= 0) return;
+  dev::scale_columns_kernel<<<flat_blocks(N * L), 256, 0, s>>>(y, x, sc, N, L);
+  NORMLAB_CUDA_CHECK_LAUNCH();
+}
+void column_dot(float* ds, const float* dy, const float* x, float c, std::int64_t N, std::int64_t L, float* partial,
+                cudaStream_t s) {
+  dev::colreduce(ds, true, dev::ColumnDotTerm{dy, x, c, L}, N, L, partial, s);
 }
 void alpha_grad_to_stored(float* g, const float* dalpha, const float* p, double k, std::int64_t n, cudaStream_t s) {
   dev::alpha_grad_kernel<<<unsigned((n + 255) / 256), 256, 0, s>>>(g, dalpha, p, k, n);
@@ -89,6 +119,9 @@ void residual_forward(Dtype dt, ResidualKind kind, void* out, const void* h, con
     if (kind == ResidualKind::lerp_retract)
       dev::lerp_retract_fwd_kernel<S><<<row_blocks(N), 256, 0, s>>>(NORMLAB_S(out), NORMLAB_CS(h), NORMLAB_CS(f),
                                                                     alpha, c.nh, c.nf, c.nz, N, C);
+    else if (kind == ResidualKind::slerp)
+      dev::slerp_fwd_kernel<S><<<row_blocks(N), 256, 0, s>>>(NORMLAB_S(out), NORMLAB_CS(h), NORMLAB_CS(f), alpha, c,
+                                                             N, C);
     else
       dev::residual_elementwise_fwd<S><<<flat_blocks(N * C), 256, 0, s>>>(kind, NORMLAB_S(out), NORMLAB_CS(h),
                                                                           NORMLAB_CS(f), alpha, N, C);
@@ -104,18 +137,24 @@ void residual_backward(Dtype dt, ResidualKind kind, void* dh, void* df, float* d
     using S = typename decltype(tag)::type;
     const S *go = NORMLAB_CS(dout), *o = NORMLAB_CS(out), *hh = NORMLAB_CS(h), *ff = NORMLAB_CS(f);
     // dα first: dh may alias dout, which the reduction reads.
-    if (kind == ResidualKind::lerp_retract) {
+    if (kind == ResidualKind::slerp) {
       dev::rowdot_kernel<S><<<row_blocks(N), 256, 0, s>>>(rowdot, o, go, N, C);
       NORMLAB_CUDA_CHECK_LAUNCH();
-      dev::colreduce(dalpha, false, dev::RetractAlphaTerm<S>{go, o, hh, ff, rowdot, c.nh, c.nf, c.nz, C}, N, C,
+      dev::colreduce(dalpha, true, dev::SlerpAlphaTerm<S>{go, o, hh, ff, alpha, rowdot, c, C}, N, C, partial, s);
+      dev::slerp_bwd_kernel<S><<<row_blocks(N), 256, 0, s>>>(NORMLAB_S(dh), NORMLAB_S(df), go, o, hh, ff, alpha, c,
+                                                             rowdot, N, C);
+    } else if (kind == ResidualKind::lerp_retract) {
+      dev::rowdot_kernel<S><<<row_blocks(N), 256, 0, s>>>(rowdot, o, go, N, C);
+      NORMLAB_CUDA_CHECK_LAUNCH();
+      dev::colreduce(dalpha, true, dev::RetractAlphaTerm<S>{go, o, hh, ff, rowdot, c.nh, c.nf, c.nz, C}, N, C,
                      partial, s);
       dev::lerp_retract_bwd_kernel<S><<<row_blocks(N), 256, 0, s>>>(NORMLAB_S(dh), NORMLAB_S(df), go, o, hh, ff,
                                                                     alpha, c.nh, c.nf, c.nz, rowdot, N, C);
     } else if (kind == ResidualKind::lerp) {
-      dev::colreduce(dalpha, false, dev::LerpAlphaTerm<S>{go, hh, ff, C}, N, C, partial, s);
+      dev::colreduce(dalpha, true, dev::LerpAlphaTerm<S>{go, hh, ff, C}, N, C, partial, s);
       dev::lerp_bwd_kernel<S><<<flat_blocks(N * C), 256, 0, s>>>(false, NORMLAB_S(dh), NORMLAB_S(df), go, alpha, N, C);
     } else {
-      dev::colreduce(dalpha, false, dev::NuAlphaTerm<S>{go, hh, ff, alpha, C}, N, C, partial, s);
+      dev::colreduce(dalpha, true, dev::NuAlphaTerm<S>{go, hh, ff, alpha, C}, N, C, partial, s);
       dev::lerp_bwd_kernel<S><<<flat_blocks(N * C), 256, 0, s>>>(true, NORMLAB_S(dh), NORMLAB_S(df), go, alpha, N, C);
     }
   });
@@ -130,14 +169,14 @@ static void check_head_dim(std::int64_t D, const char* who) {
 
 void qk_forward(Dtype dt, QkKind kind, void* q, void* qh, float* qn, void* qs, const float* s_eff, const float* cosv,
                 const float* sinv, std::int64_t B, std::int64_t T, std::int64_t H, std::int64_t D,
-                cudaStream_t stream) {
+                cudaStream_t stream, std::int64_t pos0) {
   check_head_dim(D, "qk_forward");
   const std::int64_t rows = B * T * H;
   dispatch(dt, [&](auto tag) {
     using S = typename decltype(tag)::type;
     dev::qk_fwd_kernel<S><<<row_blocks(rows), 256, 0, stream>>>(kind == QkKind::unit_scaled, NORMLAB_S(q),
                                                                 NORMLAB_S(qh), qn, NORMLAB_S(qs), s_eff, cosv, sinv,
-                                                                rows, T, H, D);
+                                                                rows, T, H, D, pos0);
   });
   NORMLAB_CUDA_CHECK_LAUNCH();
 }
@@ -196,6 +235,12 @@ void attention_backward(Dtype dt, void* dq, void* dk, void* dv, float* dsum, con
   NORMLAB_CUDA_CHECK_LAUNCH();
 }
 
+void attention_decode(float* y, float* p, const float* q, const float* kc, const float* vc, std::int64_t S,
+                      std::int64_t H, std::int64_t D, float scale, cudaStream_t s) {
+  check_grid_y(1, "attention_decode", "");
+  dev::attention_decode_kernel<<<unsigned(H), 128, 0, s>>>(y, p, q, kc, vc, S, H, D, scale);
+  NORMLAB_CUDA_CHECK_LAUNCH();
+}
 void swiglu_forward(Dtype dt, void* act, const void* uv, const float* s_uv, std::int64_t N, std::int64_t F,
                     cudaStream_t s) {
   dispatch(dt, [&](auto tag) {

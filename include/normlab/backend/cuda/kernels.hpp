@@ -26,7 +26,7 @@ enum class Dtype { f32, bf16 };
 inline std::size_t dtype_size(Dtype d) { return d == Dtype::f32 ? 4 : 2; }
 inline const char* dtype_name(Dtype d) { return d == Dtype::f32 ? "f32" : "bf16"; }
 
-enum class ResidualKind { add, lerp, lerp_nu, lerp_retract };
+enum class ResidualKind { add, lerp, lerp_nu, lerp_retract, slerp };
 enum class QkKind { none, unit_scaled };  // RoPE only, or RoPE + N(·) per head + s_qk
 enum class ConstraintKind { none, unit_norm, bounded };
 enum class ConstraintAxis { none, rows, cols };
@@ -49,11 +49,11 @@ inline void check_grid_y(std::int64_t blocks, const char* who, const std::string
 // The limits a model of max_batch × max_seq tokens and `heads` heads must meet.
 inline void check_model_grid_limits(std::int64_t max_batch, std::int64_t max_seq, std::int64_t heads,
                                     std::int64_t n_embd) {
-  check_grid_y(max_batch * heads, "cuda::Transformer", "attention over batch " + std::to_string(max_batch) +
+  check_grid_y(max_batch * heads, "Transformer on cuda_backend", "attention over batch " + std::to_string(max_batch) +
                                                            " x heads " + std::to_string(heads));
-  check_grid_y(colreduce_chunks(max_batch * max_seq), "cuda::Transformer",
+  check_grid_y(colreduce_chunks(max_batch * max_seq), "Transformer on cuda_backend",
                "a column reduction over " + std::to_string(max_batch * max_seq) + " tokens (batch x seq)");
-  check_grid_y((n_embd + 127) / 128, "cuda::Transformer", "the embedding backward at n_embd " + std::to_string(n_embd));
+  check_grid_y((n_embd + 127) / 128, "Transformer on cuda_backend", "the embedding backward at n_embd " + std::to_string(n_embd));
 }
 
 namespace k {
@@ -61,8 +61,22 @@ namespace k {
 // ---- conversions and small vector ops
 void to_storage(Dtype dt, void* dst, const float* src, std::int64_t n, cudaStream_t s);
 void to_float(Dtype dt, float* dst, const void* src, std::int64_t n, cudaStream_t s);
-// out(n) = float(double(p[c]) * k), |·| when `absolute` (the re-parameterised scales and α).
-void effective_scale(float* out, const float* p, double k, std::int64_t n, bool absolute, cudaStream_t s);
+// out(n) = float(double(p[c]) * k), |·| when `absolute` (the re-parameterised scales and α);
+// p[0] broadcast when `scalar`.
+void effective_scale(float* out, const float* p, double k, std::int64_t n, bool absolute, cudaStream_t s,
+                     bool scalar = false);
+// g[0] += Σ d(n) in a fixed tree (the gradient of a learned scalar broadcast over n).
+void fold_scalar(float* g, const float* d, std::int64_t n, cudaStream_t s);
+// A learned scalar α: d_scale(n) = dalpha · sign(p[0] k) · k, then g[0] += Σ d_scale.
+void alpha_grad_scalar(float* g, float* d_scale, const float* dalpha, const float* p, double k, std::int64_t n,
+                       cudaStream_t s);
+// x(n) = value; dst(n) += src(n); y(N,L) = x ⊙ s (s broadcast over rows; y may alias x).
+void fill(float* x, float value, std::int64_t n, cudaStream_t s);
+void add_into(float* dst, const float* src, std::int64_t n, cudaStream_t s);
+void scale_columns(float* y, const float* x, const float* sc, std::int64_t N, std::int64_t L, cudaStream_t s);
+// ds(L) += c Σ_rows dy ⊙ x (the two-stage column reduction).
+void column_dot(float* ds, const float* dy, const float* x, float c, std::int64_t N, std::int64_t L, float* partial,
+                cudaStream_t s);
 // g(n) += float(double(dalpha) * sign(p k) * k): d|p k|/dp, 0 at 0 as torch.abs.
 void alpha_grad_to_stored(float* g, const float* dalpha, const float* p, double k, std::int64_t n, cudaStream_t s);
 
@@ -85,15 +99,18 @@ void rmsnorm_backward(Dtype dt, void* dx, float* dw, const void* dy, const void*
                       cudaStream_t s);
 
 // ---- residual rules (nn/residual.hpp): out from h and f; α is the effective step (C).
-// lerp_retract keeps the row norms ‖h‖, ‖f‖, ‖z‖ (N each) for backward.
+// lerp_retract keeps the row norms ‖h‖, ‖f‖, ‖z‖ (N each) for backward; slerp
+// also the angle θ (clamped) and whether the clamp was hit (N each).
 struct ResidualCache {
   float* nh = nullptr;
   float* nf = nullptr;
   float* nz = nullptr;
+  float* th = nullptr;
+  float* clamped = nullptr;
 };
 void residual_forward(Dtype dt, ResidualKind kind, void* out, const void* h, const void* f, const float* alpha,
                       ResidualCache c, std::int64_t N, std::int64_t C, cudaStream_t s);
-// dh may alias dout. dalpha(C) is written (not accumulated). rowdot: (N) scratch.
+// dh may alias dout. dalpha(C) accumulates (+=). rowdot: (N) scratch.
 // For `add` the caller uses dout as df and nothing is launched.
 void residual_backward(Dtype dt, ResidualKind kind, void* dh, void* df, float* dalpha, const void* dout,
                        const void* out, const void* h, const void* f, const float* alpha, ResidualCache c,
@@ -102,9 +119,10 @@ void residual_backward(Dtype dt, ResidualKind kind, void* dh, void* df, float* d
 // ---- RoPE (rotate-half) + QK-norm + s_qk, in place on q (B,T,H,D):
 // q ← RoPE(q); unit_scaled also writes qh = N(q) per head, qn = ‖q‖ (N*H) and qs = s ⊙ qh.
 // cosv/sinv: (Tmax, D/2) tables.
+// pos0: the position of the first token (incremental decoding).
 void qk_forward(Dtype dt, QkKind kind, void* q, void* qh, float* qn, void* qs, const float* s_eff,
                 const float* cosv, const float* sinv, std::int64_t B, std::int64_t T, std::int64_t H,
-                std::int64_t D, cudaStream_t stream);
+                std::int64_t D, cudaStream_t stream, std::int64_t pos0 = 0);
 // In place on dq: from d(attention input) to d(q before RoPE). unit_scaled: through
 // s ⊙ N(·) first (the s_qk gradient is qk_scale_grad's, taken before this call).
 void qk_backward(Dtype dt, QkKind kind, void* dq, const void* qh, const float* qn, const float* s_eff,
@@ -123,6 +141,11 @@ void attention_backward(Dtype dt, void* dq, void* dk, void* dv, float* dsum, con
                         const void* q, const void* k, const void* v, const float* lse, std::int64_t B,
                         std::int64_t T, std::int64_t H, std::int64_t D, float scale, cudaStream_t s);
 
+// One query (H, D) against S cached keys and values (S, H, D): incremental
+// decoding. p: (H, S) scratch for the weights. One block per head.
+void attention_decode(float* y, float* p, const float* q, const float* kc, const float* vc, std::int64_t S,
+                      std::int64_t H, std::int64_t D, float scale, cudaStream_t s);
+
 // ---- scaled SwiGLU: uv (N,2F) = [u | g]; with s (2F) non-null, uv ⊙ s first. act (N,F) = u ⊙ silu(g).
 void swiglu_forward(Dtype dt, void* act, const void* uv, const float* s_uv, std::int64_t N, std::int64_t F,
                     cudaStream_t s);
@@ -138,7 +161,7 @@ void scale_grad_inplace(Dtype dt, float* ds, void* d, const void* x, const float
 
 // ---- cross-entropy on logits = raw ⊙ s_z (s_z may be null): one kernel per row
 // writes row_loss (N) and dlogits = (softmax − onehot)/N with respect to the
-// *scaled* logits; the probabilities are never stored.
+// *scaled* logits (not written when dlogits is null); the probabilities are never stored.
 void cross_entropy(Dtype dt, void* dlogits, float* row_loss, const void* raw, const float* s_z,
                    const std::int32_t* targets, std::int64_t N, std::int64_t V, cudaStream_t s);
 

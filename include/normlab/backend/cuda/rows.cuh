@@ -18,12 +18,53 @@ __global__ void to_float_kernel(float* dst, const S* src, std::int64_t n) {
   for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += std::int64_t(gridDim.x) * blockDim.x)
     dst[i] = ld(src + i);
 }
-__global__ void effective_scale_kernel(float* out, const float* p, double k, std::int64_t n, bool absolute) {
+__global__ void effective_scale_kernel(float* out, const float* p, double k, std::int64_t n, bool absolute,
+                                       bool scalar) {
   const std::int64_t c = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= n) return;
-  const double x = double(p[c]) * k;
+  const double x = double(p[scalar ? 0 : c]) * k;
   out[c] = float(absolute ? fabs(x) : x);
 }
+// One block of 256: each thread sums its strided elements in order, then a fixed tree.
+__global__ void fold_scalar_kernel(float* g, const float* d, std::int64_t n) {
+  __shared__ float sm[256];
+  float acc = 0.f;
+  for (std::int64_t j = threadIdx.x; j < n; j += 256) acc += d[j];
+  const float total = block_sum(acc, sm);
+  if (threadIdx.x == 0) g[0] += total;
+}
+__global__ void alpha_grad_scalar_kernel(float* g, float* d_scale, const float* dalpha, const float* p, double k,
+                                         std::int64_t n) {
+  __shared__ float sm[256];
+  const double x = double(p[0]) * k;
+  const double sgn = x > 0 ? 1.0 : (x < 0 ? -1.0 : 0.0);
+  float acc = 0.f;
+  for (std::int64_t j = threadIdx.x; j < n; j += 256) {
+    const float v = float(double(dalpha[j]) * sgn * k);
+    d_scale[j] = v;
+    acc += v;
+  }
+  const float total = block_sum(acc, sm);
+  if (threadIdx.x == 0) g[0] += total;
+}
+__global__ void fill_kernel(float* x, float value, std::int64_t n) {
+  for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += std::int64_t(gridDim.x) * blockDim.x)
+    x[i] = value;
+}
+__global__ void add_into_kernel(float* dst, const float* src, std::int64_t n) {
+  for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += std::int64_t(gridDim.x) * blockDim.x)
+    dst[i] += src[i];
+}
+__global__ void scale_columns_kernel(float* y, const float* x, const float* sc, std::int64_t N, std::int64_t L) {
+  for (std::int64_t e = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < N * L; e += std::int64_t(gridDim.x) * blockDim.x)
+    y[e] = x[e] * sc[e % L];
+}
+struct ColumnDotTerm {  // c · dy ⊙ x
+  const float *dy, *x;
+  float c;
+  std::int64_t L;
+  __device__ float operator()(std::int64_t i, std::int64_t j) const { return c * (dy[i * L + j] * x[i * L + j]); }
+};
 __global__ void alpha_grad_kernel(float* g, const float* dalpha, const float* p, double k, std::int64_t n) {
   const std::int64_t c = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= n) return;
@@ -245,17 +286,135 @@ __global__ void lerp_bwd_kernel(bool nu, S* dh, S* df, const S* dout, const floa
   }
 }
 
+// ---- SLERP (nn/residual.hpp's slerp; the CPU's backend/cpu/residual.hpp):
+// A = N(h), Bf = N(f), θ = 2·atan2(‖A − Bf‖, ‖A + Bf‖) clamped to π − 1e-4,
+// z = g(1−α, θ) A + g(α, θ) Bf with g(β, θ) = sin(βθ)/sin θ, out = N(z).
+// Below θ = 1e-3 the coefficients come from their Taylor series (the LERP
+// limit). Backward recomputes A, Bf and the coefficients from h, f and the
+// saved row norms and angle instead of storing six (N, C) coefficient rows.
+inline constexpr float kSlerpMaxTheta = 3.14159265358979323846f - 1e-4f;
+inline constexpr float kSlerpSeriesTheta = 1e-3f;
+struct SlerpCoef {
+  float g, gth, gb;  // g(β,θ), (∂g/∂θ)/sin θ, θ cos(βθ)/sin θ
+};
+__device__ __forceinline__ SlerpCoef slerp_coef(float b, float th) {
+  if (th < kSlerpSeriesTheta) {
+    const float t2 = th * th, b2 = b * b;
+    return {b * (1.f + (1.f - b2) * t2 / 6.f), b * (1.f - b2) / 3.f + b * (1.f - b2) * (4.f - b2) * t2 / 30.f,
+            1.f + (1.f - 3.f * b2) * t2 / 6.f};
+  }
+  const float s = sinf(th), co = cosf(th), sb = sinf(b * th), cb = cosf(b * th);
+  const float inv_s = 1.f / s;
+  return {sb * inv_s, (b * cb * s - sb * co) * inv_s * inv_s * inv_s, th * cb * inv_s};
+}
+template <class S>
+__global__ void slerp_fwd_kernel(S* out, const S* h, const S* f, const float* alpha, k::ResidualCache c,
+                                 std::int64_t N, std::int64_t C) {
+  const std::int64_t row = warp_row();
+  const int lane = threadIdx.x % 32;
+  if (row >= N) return;
+  const S* hi = h + row * C;
+  const S* fi = f + row * C;
+  float sh = 0.f, sf = 0.f;
+  for (std::int64_t j = lane; j < C; j += 32) {
+    const float a = ld(hi + j), b = ld(fi + j);
+    sh += a * a;
+    sf += b * b;
+  }
+  const float nh = sqrtf(warp_sum(sh)), nf = sqrtf(warp_sum(sf));
+  float sm = 0.f, sp = 0.f;
+  for (std::int64_t j = lane; j < C; j += 32) {
+    const float A = ld(hi + j) / nh, B = ld(fi + j) / nf;
+    sm += (A - B) * (A - B);
+    sp += (A + B) * (A + B);
+  }
+  float th = 2.f * atan2f(sqrtf(warp_sum(sm)), sqrtf(warp_sum(sp)));
+  const bool clamp = th > kSlerpMaxTheta;
+  if (clamp) th = kSlerpMaxTheta;
+  float sz = 0.f;
+  for (std::int64_t j = lane; j < C; j += 32) {
+    const float A = ld(hi + j) / nh, B = ld(fi + j) / nf, a = alpha[j];
+    const float z = slerp_coef(1.f - a, th).g * A + slerp_coef(a, th).g * B;
+    sz += z * z;
+  }
+  const float nz = sqrtf(warp_sum(sz));
+  if (lane == 0) {
+    c.nh[row] = nh;
+    c.nf[row] = nf;
+    c.nz[row] = nz;
+    c.th[row] = th;
+    c.clamped[row] = clamp ? 1.f : 0.f;
+  }
+  S* o = out + row * C;
+  for (std::int64_t j = lane; j < C; j += 32) {
+    const float A = ld(hi + j) / nh, B = ld(fi + j) / nf, a = alpha[j];
+    st(o + j, (slerp_coef(1.f - a, th).g * A + slerp_coef(a, th).g * B) / nz);
+  }
+}
+// dα_j = Σ_i dz_ij (−g_β(1−α_j, θ_i) A_ij + g_β(α_j, θ_i) Bf_ij)
+template <class S>
+struct SlerpAlphaTerm {
+  const S *dout, *out, *h, *f;
+  const float *alpha, *dot;
+  k::ResidualCache c;
+  std::int64_t L;
+  __device__ float operator()(std::int64_t i, std::int64_t j) const {
+    const std::int64_t e = i * L + j;
+    const float dz = (ld(dout + e) - ld(out + e) * dot[i]) / c.nz[i];
+    const float A = ld(h + e) / c.nh[i], B = ld(f + e) / c.nf[i], a = alpha[j], th = c.th[i];
+    return dz * (-slerp_coef(1.f - a, th).gb * A + slerp_coef(a, th).gb * B);
+  }
+};
+// dz = Nᵀ(out, dout); du = −Σ dz ⊙ (P_θ A + Q_θ Bf) (0 at the clamp);
+// dA = dz P + du Bf, dBf = dz Q + du A, then through the two row norms. dh may alias dout.
+template <class S>
+__global__ void slerp_bwd_kernel(S* dh, S* df, const S* dout, const S* out, const S* h, const S* f,
+                                 const float* alpha, k::ResidualCache c, const float* rowdot, std::int64_t N,
+                                 std::int64_t C) {
+  const std::int64_t row = warp_row();
+  const int lane = threadIdx.x % 32;
+  if (row >= N) return;
+  const std::int64_t base = row * C;
+  const float inz = 1.f / c.nz[row], d = rowdot[row], nh = c.nh[row], nf = c.nf[row], th = c.th[row];
+  float du = 0.f;
+  if (c.clamped[row] == 0.f) {
+    for (std::int64_t j = lane; j < C; j += 32) {
+      const float dz = (ld(dout + base + j) - ld(out + base + j) * d) * inz;
+      const float A = ld(h + base + j) / nh, B = ld(f + base + j) / nf, a = alpha[j];
+      du -= dz * (slerp_coef(1.f - a, th).gth * A + slerp_coef(a, th).gth * B);
+    }
+    du = warp_sum(du);
+  }
+  float sA = 0.f, sB = 0.f;
+  for (std::int64_t j = lane; j < C; j += 32) {
+    const float dz = (ld(dout + base + j) - ld(out + base + j) * d) * inz;
+    const float A = ld(h + base + j) / nh, B = ld(f + base + j) / nf, a = alpha[j];
+    sA += A * (dz * slerp_coef(1.f - a, th).g + du * B);
+    sB += B * (dz * slerp_coef(a, th).g + du * A);
+  }
+  sA = warp_sum(sA);
+  sB = warp_sum(sB);
+  for (std::int64_t j = lane; j < C; j += 32) {
+    const float dz = (ld(dout + base + j) - ld(out + base + j) * d) * inz;
+    const float A = ld(h + base + j) / nh, B = ld(f + base + j) / nf, a = alpha[j];
+    const float dA = dz * slerp_coef(1.f - a, th).g + du * B;
+    const float dB = dz * slerp_coef(a, th).g + du * A;
+    st(df + base + j, (dB - B * sB) / nf);
+    st(dh + base + j, (dA - A * sA) / nh);  // last: may alias dout
+  }
+}
+
 // ---------------------------------------------------------------- RoPE + QK-norm + s_qk
 // One warp per (token, head) row of D values; lane handles pairs (i, i + D/2)
 // for i = lane, lane + 32 (D ≤ 128).
 template <class S>
 __global__ void qk_fwd_kernel(bool unit_scaled, S* q, S* qh, float* qn, S* qs, const float* s_eff,
                               const float* cosv, const float* sinv, std::int64_t rows, std::int64_t T,
-                              std::int64_t H, std::int64_t D) {
+                              std::int64_t H, std::int64_t D, std::int64_t pos0) {
   const std::int64_t r = warp_row();
   const int lane = threadIdx.x % 32;
   if (r >= rows) return;
-  const std::int64_t bt = r / H, hd = r % H, p = bt % T, half = D / 2;
+  const std::int64_t bt = r / H, hd = r % H, p = pos0 + bt % T, half = D / 2;
   S* v = q + r * D;
   float a2[2] = {0.f, 0.f}, b2[2] = {0.f, 0.f};
   float ss = 0.f;
@@ -429,11 +588,53 @@ __global__ void __launch_bounds__(kCeThreads) cross_entropy_kernel(S* dlogits, f
   const float lse = sm_m[0] + logf(sm_s[0]);
   const std::int64_t t = targets[row];
   if (tid == 0) row_loss[row] = lse - logit(t);
+  if (dlogits == nullptr) return;  // the loss only (evaluation)
   const float invN = 1.f / float(N);
   S* d = dlogits + row * V;
   for (std::int64_t j = tid; j < V; j += kCeThreads) {
     const float p = expf(logit(j) - lse) * invN;
     st(d + j, j == t ? p - invN : p);
+  }
+}
+
+// ---------------------------------------------------------------- decoding
+// One block (128 threads) per head: scores of the S cached keys, softmax, and
+// the weighted sum of the cached values. p: (H, S) scratch.
+__global__ void attention_decode_kernel(float* y, float* p, const float* q, const float* kc, const float* vc,
+                                        std::int64_t S, std::int64_t H, std::int64_t D, float scale) {
+  __shared__ float sm[128];
+  const std::int64_t h = blockIdx.x;
+  const int tid = threadIdx.x;
+  const float* qh = q + h * D;
+  float* ph = p + h * S;
+  float m = -INFINITY;
+  for (std::int64_t j = tid; j < S; j += 128) {
+    const float* kj = kc + (j * H + h) * D;
+    float sc = 0.f;
+    for (std::int64_t d = 0; d < D; ++d) sc += qh[d] * kj[d];
+    sc *= scale;
+    ph[j] = sc;
+    m = fmaxf(m, sc);
+  }
+  sm[tid] = m;
+  __syncthreads();
+  for (int w = 64; w > 0; w >>= 1) {
+    if (tid < w) sm[tid] = fmaxf(sm[tid], sm[tid + w]);
+    __syncthreads();
+  }
+  const float M = sm[0];
+  __syncthreads();
+  float sum = 0.f;
+  for (std::int64_t j = tid; j < S; j += 128) {
+    const float e = expf(ph[j] - M);
+    ph[j] = e;
+    sum += e;
+  }
+  sum = block_sum(sum, sm);  // its barriers also publish every ph[j]
+  for (std::int64_t d = tid; d < D; d += 128) {
+    float acc = 0.f;
+    for (std::int64_t j = 0; j < S; ++j) acc += ph[j] * vc[(j * H + h) * D + d];
+    y[h * D + d] = acc / sum;
   }
 }
 
