@@ -15,6 +15,7 @@ variants=("$@")
 ROUNDS=${ROUNDS:-3} STEPS=${STEPS:-8}
 FLAGS=${FLAGS:---data synthetic --d 256 --layers 4 --heads 4 --seq 256 --batch 8}
 OUT=${OUT:-$(mktemp -d)}
+mkdir -p "$OUT"
 log=$OUT/paired.tsv
 : > "$log"
 for r in $(seq 1 "$ROUNDS"); do
