@@ -1,7 +1,9 @@
 #pragma once
-// cuda::Backend: the stream, the cuBLASLt handle, its workspace and a cache of
-// matmul descriptors and algorithms, held by one object (no globals). Plain C++:
-// host code compiled by g++ uses it; link CUDA::cudart and CUDA::cublasLt.
+// cuda::Backend: the stream, the cuBLASLt handle, its workspace, a cache of
+// matmul descriptors and algorithms and the ops' grow-only scratch, held by one
+// object. cuda_backend's static ops run on cuda::current() (below): the Backend
+// given to cuda::use(), else one on device 0. Plain C++: host code compiled by
+// g++ uses it; link CUDA::cudart and CUDA::cublasLt.
 //
 // GEMM layout. normlab stores row-major matrices and uses PyTorch's Linear
 // layout, Y(N,out) = X(N,in) Wᵀ with W(out,in). cuBLASLt is column-major. A
