@@ -172,12 +172,7 @@ struct cuda_backend {
   // ---- embedding: host tokens staged as int32
   static void embedding_forward(float* out, const std::int64_t* idx, const float* wte, std::int64_t N,
                                 std::int64_t C) {
-    std::vector<std::int32_t>& h = host_tokens();
-    h.resize(std::size_t(N));
-    for (std::int64_t i = 0; i < N; ++i) h[std::size_t(i)] = std::int32_t(idx[i]);
-    std::int32_t* d = scratch<std::int32_t>(cuda::Backend::kTokens, 3 * N + 1);
-    be().upload(d, h.data(), std::size_t(N) * 4);
-    cuda::k::embedding_forward(cuda::Dtype::f32, out, d, wte, N, C, stream());
+    cuda::k::embedding_forward(cuda::Dtype::f32, out, stage_tokens(idx, N), wte, N, C, stream());
   }
   // dwte[idx] += dout, each token's positions summed in order (sorted here on the host).
   static void embedding_backward(float* dwte, const std::int64_t* idx, const float* dout, std::int64_t N,
@@ -303,11 +298,7 @@ struct cuda_backend {
   // Mean cross-entropy over N rows (targets on the host); d loss/d logits when dlogits is not null.
   static double cross_entropy(float* dlogits, const float* logits, const std::int64_t* targets, std::int64_t N,
                               std::int64_t V) {
-    std::vector<std::int32_t>& h = host_tokens();
-    h.resize(std::size_t(N));
-    for (std::int64_t i = 0; i < N; ++i) h[std::size_t(i)] = std::int32_t(targets[i]);
-    std::int32_t* d = scratch<std::int32_t>(cuda::Backend::kTokens, 3 * N + 1);
-    be().upload(d, h.data(), std::size_t(N) * 4);
+    const std::int32_t* d = stage_tokens(targets, N);
     float* loss = scratch<float>(cuda::Backend::kRowLoss, N);
     cuda::k::cross_entropy(cuda::Dtype::f32, dlogits, loss, logits, nullptr, d, N, V, stream());
     std::vector<float>& hl = host_losses();
@@ -382,6 +373,16 @@ struct cuda_backend {
   static void scale(float* x, std::int64_t n, float c) { cuda::k::scale_inplace(x, c, n, stream()); }
 
  private:
+  // N host token ids as int32 in the tokens scratch (sized for embedding_backward's
+  // 3N + 1), on the device when this returns.
+  static const std::int32_t* stage_tokens(const std::int64_t* ids, std::int64_t N) {
+    std::vector<std::int32_t>& h = host_tokens();
+    h.resize(std::size_t(N));
+    for (std::int64_t i = 0; i < N; ++i) h[std::size_t(i)] = std::int32_t(ids[i]);
+    std::int32_t* d = scratch<std::int32_t>(cuda::Backend::kTokens, 3 * N + 1);
+    be().upload(d, h.data(), std::size_t(N) * 4);
+    return d;
+  }
   static std::vector<std::int32_t>& host_tokens() {
     static std::vector<std::int32_t> v;
     return v;

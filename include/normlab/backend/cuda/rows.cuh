@@ -162,6 +162,20 @@ __global__ void residual_elementwise_fwd(ResidualKind kind, S* out, const S* h, 
   }
 }
 
+// ‖h_i‖ and ‖f_i‖ of one row, summed by the warp (every lane gets both).
+template <class S>
+__device__ __forceinline__ void warp_row_norms(const S* hi, const S* fi, std::int64_t C, int lane, float& nh,
+                                               float& nf) {
+  float sh = 0.f, sf = 0.f;
+  for (std::int64_t j = lane; j < C; j += 32) {
+    const float a = ld(hi + j), b = ld(fi + j);
+    sh += a * a;
+    sf += b * b;
+  }
+  nh = sqrtf(warp_sum(sh));
+  nf = sqrtf(warp_sum(sf));
+}
+
 // nGPT: A = h/‖h‖, Bf = f/‖f‖, z = A + α(Bf − A), out = z/‖z‖. A and Bf are
 // recomputed from h and f in backward instead of being stored.
 template <class S>
@@ -172,13 +186,8 @@ __global__ void lerp_retract_fwd_kernel(S* out, const S* h, const S* f, const fl
   if (row >= N) return;
   const S* hi = h + row * C;
   const S* fi = f + row * C;
-  float sh = 0.f, sf = 0.f;
-  for (std::int64_t j = lane; j < C; j += 32) {
-    const float a = ld(hi + j), b = ld(fi + j);
-    sh += a * a;
-    sf += b * b;
-  }
-  const float nh = sqrtf(warp_sum(sh)), nf = sqrtf(warp_sum(sf));
+  float nh, nf;
+  warp_row_norms(hi, fi, C, lane, nh, nf);
   float sz = 0.f;
   for (std::int64_t j = lane; j < C; j += 32) {
     const float A = ld(hi + j) / nh, B = ld(fi + j) / nf;
@@ -315,13 +324,8 @@ __global__ void slerp_fwd_kernel(S* out, const S* h, const S* f, const float* al
   if (row >= N) return;
   const S* hi = h + row * C;
   const S* fi = f + row * C;
-  float sh = 0.f, sf = 0.f;
-  for (std::int64_t j = lane; j < C; j += 32) {
-    const float a = ld(hi + j), b = ld(fi + j);
-    sh += a * a;
-    sf += b * b;
-  }
-  const float nh = sqrtf(warp_sum(sh)), nf = sqrtf(warp_sum(sf));
+  float nh, nf;
+  warp_row_norms(hi, fi, C, lane, nh, nf);
   float sm = 0.f, sp = 0.f;
   for (std::int64_t j = lane; j < C; j += 32) {
     const float A = ld(hi + j) / nh, B = ld(fi + j) / nf;
