@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "normlab/backend/cpu/backend.hpp"
 #include "normlab/backend/cpu/ops.hpp"
 #include "normlab/nn/params.hpp"
 
@@ -18,45 +19,10 @@ enum class WeightConstraint {
   bounded,    // anGPT: rows/columns with norm > 1 scaled back to 1 (initialised at 1)
 };
 
-namespace detail {
-template <class T>
-T constrained_factor(T norm, WeightConstraint mode) {
-  if (mode == WeightConstraint::unit_norm) return T(1) / norm;
-  return norm > T(1) ? T(1) / norm : T(1);  // bounded: only shrink
-}
-}  // namespace detail
-
-template <class T>
-void apply_weight_constraint(ParamStore<T>& store, WeightConstraint mode) {
-  if (mode == WeightConstraint::none) return;
-  auto& scratch = store.scratch();  // sized once: no allocation per step
-  for (const ParamSpec& s : store.specs()) {
-    if (s.axis == NormAxis::none) continue;
-    T* W = store.value(s.offset);
-    const std::int64_t R = s.shape.at(0), Cn = s.shape.at(1);
-    if (s.axis == NormAxis::rows) {
-      cpu::parallel_for(R, R * Cn > cpu::kParallelGrain, [&](std::int64_t i) {
-        T ss = 0;
-        for (std::int64_t j = 0; j < Cn; ++j) ss += W[i * Cn + j] * W[i * Cn + j];
-        const T f = detail::constrained_factor(std::sqrt(ss), mode);
-        for (std::int64_t j = 0; j < Cn; ++j) W[i * Cn + j] *= f;
-      });
-    } else {
-      // Column norms through a row-order walk (cache-friendly), then one scaling pass.
-      T* f = scratch.data();
-      std::fill_n(f, Cn, T(0));
-      cpu::column_reduce(f, R, Cn, [&](std::int64_t i, std::int64_t j) { return W[i * Cn + j] * W[i * Cn + j]; });
-      for (std::int64_t j = 0; j < Cn; ++j) f[j] = detail::constrained_factor(std::sqrt(f[j]), mode);
-      cpu::parallel_for(R, R * Cn > cpu::kParallelGrain, [&](std::int64_t i) {
-        for (std::int64_t j = 0; j < Cn; ++j) W[i * Cn + j] *= f[j];
-      });
-    }
-  }
-}
-
-// The same constraint on parameters in a backend's own memory (a GPU's):
-// one Backend::constrain_matrix call per constrained tensor, which normalizes
-// rows (or columns) of W (R, L) to norm 1 (unit) or shrinks those above 1.
+// One Backend::constrain_matrix call per constrained tensor: rows (or columns)
+// of W (R, L) to norm 1 (unit) or only those above 1 shrunk (bounded). On the
+// CPU model `values` is the store's own array; on a backend with its own memory,
+// the live copy.
 template <class Backend, class T>
 void apply_weight_constraint_on(const ParamStore<T>& store, T* values, WeightConstraint mode) {
   if (mode == WeightConstraint::none) return;
@@ -65,6 +31,11 @@ void apply_weight_constraint_on(const ParamStore<T>& store, T* values, WeightCon
     Backend::constrain_matrix(values + s.offset, s.shape.at(0), s.shape.at(1), s.axis == NormAxis::rows,
                               /*shrink_only=*/mode == WeightConstraint::bounded);
   }
+}
+
+template <class T>
+void apply_weight_constraint(ParamStore<T>& store, WeightConstraint mode) {
+  apply_weight_constraint_on<cpu_backend>(store, store.value(), mode);
 }
 
 // ------------------------------------------------------------------ constraint policies

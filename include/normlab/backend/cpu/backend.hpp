@@ -125,9 +125,9 @@ struct cpu_backend {
     fold_scale_grad(g, d_scale, C, scalar);
   }
   // ---- weight constraint (nn/constraint.hpp) on one matrix W (R, L): its rows
-  // (or columns) to norm 1, or only those above 1 shrunk; the same arithmetic
-  // as apply_weight_constraint, for a backend that keeps parameters apart from
-  // the ParamStore (the CPU model itself calls apply_weight_constraint).
+  // (or columns) to norm 1, or only those above 1 shrunk. Row norms per row;
+  // column norms by a row-order walk (cache-friendly, independent of the thread
+  // count), then one scaling pass.
   template <class T>
   static void constrain_matrix(T* W, std::int64_t R, std::int64_t L, bool rows, bool shrink_only) {
     auto factor = [&](T norm) { return shrink_only ? (norm > T(1) ? T(1) / norm : T(1)) : T(1) / norm; };
