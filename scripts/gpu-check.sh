@@ -52,14 +52,27 @@ if [ -d "$DEPS/usr" ]; then
 else
   echo "gpu-check: no staged dependencies at $DEPS (run scripts/gpu-deps.sh on the CPU machine and carry it); trying the system's"
 fi
+# NCCL for test_cuda_nccl and data-parallel trainers: NCCL_ROOT if set, else the
+# nvidia-nccl wheel of the machine's Python (headers and libnccl.so.2), else the
+# CUDA toolkit's own; without NCCL that test is not built and says so.
+if [ -z "${NCCL_ROOT:-}" ]; then
+  NCCL_ROOT=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null || true)
+fi
+nccl=()
+[ -n "${NCCL_ROOT:-}" ] && nccl=(-DNCCL_ROOT="$NCCL_ROOT") && echo "gpu-check: NCCL from $NCCL_ROOT"
 if ! cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNORMLAB_CUDA=ON -DCMAKE_CUDA_COMPILER="$NVCC" \
      -DCMAKE_CUDA_ARCHITECTURES="$ARCH" -DNORMLAB_BUILD_TESTS=OFF -DNORMLAB_BUILD_TOOLS=OFF \
-     -DNORMLAB_BUILD_EXAMPLES=OFF "${prefix[@]}" > "$LOGS/configure.log" 2>&1; then
+     -DNORMLAB_BUILD_EXAMPLES=OFF "${prefix[@]}" "${nccl[@]}" > "$LOGS/configure.log" 2>&1; then
   tail -40 "$LOGS/configure.log"
   echo "gpu-check: FAIL (configure; $LOGS/configure.log)"
   exit 1
 fi
 tests=(test_cuda_limits test_cuda_kernels test_cuda_model)
+if grep -q "normlab: NCCL /" "$LOGS/configure.log"; then
+  tests+=(test_cuda_nccl)
+else
+  echo "gpu-check: NCCL not found (set NCCL_ROOT): test_cuda_nccl not built, the trainers run as one process"
+fi
 VARIANTS=(gpt gpt_qknorm gpt_alpha ngpt ngpt_slerp ngpt_noqknorm ngpt_scalar ngpt_fixedscales angpt angpt_attnfactor)
 trainers=()
 for v in "${VARIANTS[@]}"; do trainers+=("train-$v-cuda"); done

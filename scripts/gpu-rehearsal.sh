@@ -76,7 +76,10 @@ case_of "GPU tests report skipped" 'grep -qE "^\| test_cuda_kernels \| SKIP" "$W
 case_of "no attempt to install" '[ ! -s "$MARKER" ]' "$(head -3 "$MARKER" 2>/dev/null)"
 # The CUDA tests themselves, as gpu-check ran them: the launch-limit test passes
 # without a GPU, the GPU tests are skipped (counted as skipped, never as passed).
-for t in test_cuda_limits test_cuda_kernels test_cuda_model; do
+# test_cuda_nccl where the build found NCCL (gpu-check adds it then).
+cuda_tests=(test_cuda_limits test_cuda_kernels test_cuda_model)
+grep -qE "^\| test_cuda_nccl \|" "$WORK/logs/summary.md" 2>/dev/null && cuda_tests+=(test_cuda_nccl)
+for t in "${cuda_tests[@]}"; do
   row=$(grep -E "^\| $t \|" "$WORK/logs/summary.md" 2>/dev/null | head -1)
   case $row in
     *"| PASS |"*) junit_case "cuda: $t" run ;;

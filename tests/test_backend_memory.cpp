@@ -1,10 +1,8 @@
 // The one model's paths for a backend with its own memory (a GPU's), checked on
-// the CPU: separate_memory_backend is cpu_backend with host_memory = false, so
-// the model keeps its ParamStore on the host for init and checkpoints and steps
-// on separate copies, exactly as on cuda_backend, while every kernel is the
-// CPU's. Whatever those paths forget (an upload after init or load, a download
-// before a checkpoint, the constraint applied to the host copy instead of the
-// live one) changes the numbers, so each test asks for the CPU model's bits.
+// the CPU with separate_memory_backend (tests/separate_memory_backend.hpp).
+// Whatever those paths forget (an upload after init or load, a download before
+// a checkpoint, the constraint applied to the host copy instead of the live one)
+// changes the numbers, so each test asks for the CPU model's bits.
 #include <catch2/catch.hpp>
 
 #include <cstring>
@@ -17,15 +15,13 @@
 #include "normlab/train/golden.hpp"
 #include "normlab/train/step.hpp"
 #include "normlab/train/variants.hpp"
+#include "separate_memory_backend.hpp"
 
 using namespace normlab;
 
 namespace {
 
-struct separate_memory_backend : cpu_backend {
-  static constexpr std::string_view name = "cpu-separate-memory";
-  static constexpr bool host_memory = false;
-};
+using testing::separate_memory_backend;
 
 ModelConfig small_config() {
   ModelConfig c;

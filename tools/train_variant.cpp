@@ -4,6 +4,9 @@
 #include "normlab/train/driver.hpp"
 #ifdef NORMLAB_TRAIN_CUDA
 #include "normlab/backend/cuda/cuda_backend.hpp"
+#ifdef NORMLAB_HAVE_NCCL
+#include "normlab/dist/nccl.hpp"
+#endif
 #endif
 
 #ifndef NORMLAB_TRAIN_VARIANT
@@ -12,9 +15,17 @@
 
 int main(int argc, char** argv) {
 #ifdef NORMLAB_TRAIN_CUDA
-  // One process: no MPI (a GPU trainer under mpirun is refused by train_main with a sentence).
-  return normlab::train_main<normlab::variants::NORMLAB_TRAIN_VARIANT, normlab::dist::SingleProcess,
-                             normlab::cuda_backend>(argc, argv);
+  // The GPU's communicator: NCCL, launched and bootstrapped by MPI where the build
+  // has both; NCCL alone is one rank; without NCCL one process (a GPU trainer
+  // that cannot reduce is refused under mpirun by train_main with a sentence).
+#if defined(NORMLAB_HAVE_NCCL) && defined(NORMLAB_HAVE_MPI)
+  using Comm = normlab::dist::NcclComm<normlab::dist::MpiComm>;
+#elif defined(NORMLAB_HAVE_NCCL)
+  using Comm = normlab::dist::NcclComm<normlab::dist::SingleProcess>;
+#else
+  using Comm = normlab::dist::SingleProcess;
+#endif
+  return normlab::train_main<normlab::variants::NORMLAB_TRAIN_VARIANT, Comm, normlab::cuda_backend>(argc, argv);
 #else
   return normlab::train_main<normlab::variants::NORMLAB_TRAIN_VARIANT>(argc, argv);
 #endif

@@ -2,15 +2,19 @@
 // A communicator: what data-parallel training needs from a process group
 // (launch, rendezvous and collectives belong to an engine such as MPI; normlab
 // writes none of it). A type is chosen at compile time beside the backend:
-// `SingleProcess` (this header, no dependency) or `MpiComm` (dist/mpi.hpp).
+// `SingleProcess` (this header, no dependency), `MpiComm` (dist/mpi.hpp) or, for
+// a model in a GPU's memory, `NcclComm<Host>` (dist/nccl.hpp).
 //
 // Every collective is called by every rank in the same order with the same
-// sizes; a nonblocking one returns a Request that `test`/`wait_all` complete.
+// sizes; a nonblocking one returns a Request that `progress`/`wait_all` complete.
+// The buffers of the array collectives are the backend's memory: host arrays for
+// MPI, device arrays for NCCL (`reduces_memory_of`, below, says which pairs fit).
 #include <algorithm>
 #include <concepts>
 #include <cstddef>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace normlab::dist {
@@ -76,8 +80,29 @@ struct SingleProcess {
   // Every rank's string, in rank order, on rank 0 (empty elsewhere).
   std::vector<std::string> gather_strings(const std::string& s) { return {s}; }
   int broadcast_int(int x) { return x; }  // rank 0's value on every rank
+  void broadcast_bytes(void*, std::size_t) {}  // rank 0's bytes on every rank (NCCL's id)
   [[noreturn]] void abort(int code) { std::exit(code); }
 };
 static_assert(Communicator<SingleProcess>);
+
+// Whether a backend keeps its arrays where the host cannot address them (a
+// GPU's memory): it says so with `static constexpr bool device_memory = true`.
+template <class Backend>
+constexpr bool in_device_memory() {
+  if constexpr (requires { Backend::device_memory; }) return bool(Backend::device_memory);
+  else return false;
+}
+// Whether a communicator's collectives take that memory: one that works on
+// device arrays says so with `static constexpr bool device_buffers = true`
+// (NcclComm); the others (MpiComm) take host arrays. SingleProcess moves
+// nothing, so it fits every backend.
+template <class Comm>
+constexpr bool takes_device_buffers() {
+  if constexpr (requires { Comm::device_buffers; }) return bool(Comm::device_buffers);
+  else return false;
+}
+template <class Comm, class Backend>
+inline constexpr bool reduces_memory_of =
+    std::is_same_v<Comm, SingleProcess> || takes_device_buffers<Comm>() == in_device_memory<Backend>();
 
 }  // namespace normlab::dist

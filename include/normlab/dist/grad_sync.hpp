@@ -68,6 +68,10 @@ class GradientSync {
   double finish() {
     if (!grads_) throw Error("GradientSync::finish before begin");
     if (pending_end_ > 0) ready(0);
+    // A communicator whose compute runs asynchronously (NCCL beside a GPU's
+    // stream) first waits for backward itself, so the time below is only the
+    // communication's.
+    if constexpr (requires { comm_.settle(); }) comm_.settle();
     const auto t0 = std::chrono::steady_clock::now();
     comm_.wait_all(reqs_);
     grads_ = nullptr;

@@ -149,6 +149,9 @@ class MpiComm {
     if (active_) check(MPI_Bcast(&x, 1, MPI_INT, 0, MPI_COMM_WORLD), "MPI_Bcast");
     return x;
   }
+  void broadcast_bytes(void* p, std::size_t n) {
+    if (active_) check(MPI_Bcast(p, checked_count(n), MPI_BYTE, 0, MPI_COMM_WORLD), "MPI_Bcast");
+  }
   // Ends every rank of the job with `code` (mpirun exits with it).
   [[noreturn]] void abort(int code) {
     if (active_) MPI_Abort(MPI_COMM_WORLD, code);

@@ -316,9 +316,13 @@ struct DataParallel {
     using B = typename Model::backend;
     const auto& store = model.params();
     if (!zero()) return global_grad_norm<B>(model.param_grads(), static_cast<std::int64_t>(store.size()));
-    const auto* g = store.grad();
     double ss = 0;
-    for (std::size_t i = shard_begin(); i < shard_end(); ++i) ss += double(g[i]) * double(g[i]);
+    if constexpr (B::host_memory) {
+      const auto* g = store.grad();
+      for (std::size_t i = shard_begin(); i < shard_end(); ++i) ss += double(g[i]) * double(g[i]);
+    } else {  // the live gradients, in the backend's memory
+      ss = B::sum_squares(model.param_grads() + shard_begin(), std::int64_t(shard_end() - shard_begin()));
+    }
     return std::sqrt(comm.allreduce_sum(ss));
   }
   // Clipping, the optimizer step and the constraint. Under ZeRO-1 each rank
@@ -336,14 +340,21 @@ struct DataParallel {
       model.apply_constraint();
       return;
     }
+    using T = typename Model::scalar_type;
     if (max_norm > 0) {
       const double coef = std::min(1.0, max_norm / (norm + 1e-6));
-      auto* g = store.grad();
-      if (coef < 1.0)
-        for (std::size_t i = shard_begin(); i < shard_end(); ++i) g[i] *= std::remove_reference_t<decltype(*g)>(coef);
+      if (coef < 1.0) {
+        if constexpr (B::host_memory) {
+          T* g = store.grad();
+          for (std::size_t i = shard_begin(); i < shard_end(); ++i) g[i] *= T(coef);
+        } else {
+          B::scale(model.param_grads() + shard_begin(), std::int64_t(shard_end() - shard_begin()), T(coef));
+        }
+      }
     }
-    opt.step(store, lr);
-    if (zero()) comm.allgather_shards(store.values().data(), shards);
+    // The live parameters (the store's own on the CPU): this rank's shard, then everyone's.
+    opt.step(store, model.param_values(), model.param_grads(), lr);
+    comm.allgather_shards(model.param_values(), shards);
     model.apply_constraint();
   }
   // ZeRO-1: the whole optimizer state on rank 0 (for its checkpoint; elsewhere empty).
@@ -371,15 +382,13 @@ AdamW<T, typename Model::backend> make_optimizer(Model& model, const AdamWConfig
   return Opt(model.params(), oc);
 }
 
-// Data parallelism reduces host arrays over MPI; a model in a GPU's memory
-// trains on one process (the NCCL communicator is issue 19's).
-template <class Model, class Comm>
-void require_host_memory_for_ranks(const Comm& comm) {
-  if constexpr (!Model::backend::host_memory)
-    if (comm.size() > 1)
-      throw Error("this trainer runs on the " + std::string(Model::backend::name) +
-                  " backend, which trains on one process: start it without mpirun (data parallelism on GPUs "
-                  "needs the NCCL communicator, not yet built)");
+// The communicator must reduce the memory the backend computes in: MPI host
+// arrays, NCCL a GPU's (dist::reduces_memory_of).
+template <class Comm, class Backend>
+constexpr void require_reachable_memory() {
+  static_assert(dist::reduces_memory_of<Comm, Backend>,
+                "this communicator cannot reduce this backend's arrays: a model in a GPU's memory trains data "
+                "parallel over dist::NcclComm (dist/nccl.hpp), a host model over dist::MpiComm");
 }
 
 // The options a rank plans its memory with: its share of the batch.
@@ -411,6 +420,7 @@ double accumulate_gradients(Model& model, data::BatchSampler& sampler, const Tra
   using T = typename Model::scalar_type;
   using B = typename Model::backend;
   auto& grads = model.params().grads();
+  const std::size_t n = grads.size();
   const std::int64_t* x = idx.data() + dp.row_offset;
   const std::int64_t* y = tgt.data() + dp.row_offset;
   double loss = 0;
@@ -418,8 +428,9 @@ double accumulate_gradients(Model& model, data::BatchSampler& sampler, const Tra
     sampler.next(idx.data(), tgt.data());
     loss += model.forward(x, y, dp.local_batch, o.seq);
     if (dp.distributed() && m + 1 == o.accum) {
-      dist::GradientSync<T, Comm> sync(dp.comm, grads.size(), dp.zero() ? &dp.shards : nullptr, dp.bucket);
-      sync.begin(grads.data());
+      // The live gradients (the store's own on the CPU, the device's on a GPU).
+      dist::GradientSync<T, Comm> sync(dp.comm, n, dp.zero() ? &dp.shards : nullptr, dp.bucket);
+      sync.begin(model.param_grads());
       model.backward(m > 0, [&](std::size_t from) { sync.ready(from); });
       dp.exposed_s = sync.finish();
       dp.buckets = sync.buckets();
@@ -428,9 +439,17 @@ double accumulate_gradients(Model& model, data::BatchSampler& sampler, const Tra
     }
   }
   loss /= double(o.accum);
-  if constexpr (!B::host_memory) {  // one process (require_host_memory_for_ranks): the live gradients
-    if (poison) B::fill(model.param_grads(), 1, std::numeric_limits<T>::quiet_NaN());
-    if (o.accum > 1) B::scale(model.param_grads(), static_cast<std::int64_t>(grads.size()), T(1) / T(o.accum));
+  if constexpr (!B::host_memory) {  // the live gradients, in the backend's memory
+    T* g = model.param_grads();
+    if (poison) B::fill(g, 1, std::numeric_limits<T>::quiet_NaN());
+    if (dp.distributed()) {  // as below, with the backend's scale
+      const T inv = T(1) / T(double(o.accum) * double(dp.comm.size()));
+      const std::size_t a = dp.zero() ? dp.shard_begin() : 0, b = dp.zero() ? dp.shard_end() : n;
+      B::scale(g + a, static_cast<std::int64_t>(b - a), inv);
+      loss = dp.mean(loss);
+    } else if (o.accum > 1) {
+      B::scale(g, static_cast<std::int64_t>(n), T(1) / T(o.accum));
+    }
     return loss;
   }
   if (poison) grads[0] = std::numeric_limits<T>::quiet_NaN();
@@ -438,7 +457,7 @@ double accumulate_gradients(Model& model, data::BatchSampler& sampler, const Tra
     // Each rank's gradient is the mean over its rows; the global mean is the
     // mean over ranks (equal row counts), as is the loss.
     const T inv = T(1) / T(double(o.accum) * double(dp.comm.size()));
-    const std::size_t a = dp.zero() ? dp.shard_begin() : 0, b = dp.zero() ? dp.shard_end() : grads.size();
+    const std::size_t a = dp.zero() ? dp.shard_begin() : 0, b = dp.zero() ? dp.shard_end() : n;
     for (std::size_t i = a; i < b; ++i) grads[i] *= inv;  // under ZeRO-1 only this rank's piece holds sums
     loss = dp.mean(loss);
   } else if (o.accum > 1) {
@@ -599,7 +618,7 @@ void check_parameters_agree(Comm& comm, const Store& params, std::int64_t step) 
 template <class Tag, class Comm = dist::SingleProcess, class Backend = cpu_backend>
 int time_training(TrainOptions o, Comm& comm) {
   using Model = model_of<Tag, float, Backend>;
-  detail::require_host_memory_for_ranks<Model>(comm);
+  detail::require_reachable_memory<Comm, Backend>();
   if constexpr (requires { Backend::require_device(); }) Backend::require_device();
   namespace fs = std::filesystem;
   const bool lead = comm.rank() == 0;
@@ -664,7 +683,7 @@ template <class Tag, class Comm = dist::SingleProcess, class Backend = cpu_backe
 int run_training(TrainOptions o, Comm& comm) {
   using Model = model_of<Tag, float, Backend>;
   using Opt = AdamW<float, Backend>;
-  detail::require_host_memory_for_ranks<Model>(comm);
+  detail::require_reachable_memory<Comm, Backend>();
   if constexpr (requires { Backend::require_device(); }) Backend::require_device();
   namespace fs = std::filesystem;
   const bool lead = comm.rank() == 0;
@@ -748,17 +767,13 @@ int run_training(TrainOptions o, Comm& comm) {
   if (resumed) {
     const io::SafetensorsFile& f = *resumed;
     if (dp.zero()) {
-      // The whole state, then this rank's piece of the moments (host memory:
-      // ZeRO runs over MPI ranks, which a GPU model does not train on).
-      if constexpr (Backend::host_memory) {
-        Opt whole(model.params(), oc);
-        load_checkpoint(f, model, &whole);
-        std::copy(whole.exp_avg().begin() + std::ptrdiff_t(dp.shard_begin()),
-                  whole.exp_avg().begin() + std::ptrdiff_t(dp.shard_end()), opt.exp_avg().begin());
-        std::copy(whole.exp_avg_sq().begin() + std::ptrdiff_t(dp.shard_begin()),
-                  whole.exp_avg_sq().begin() + std::ptrdiff_t(dp.shard_end()), opt.exp_avg_sq().begin());
-        opt.set_steps_taken(whole.steps_taken());
-      }
+      // The whole state, then this rank's piece of the moments (in the backend's memory).
+      Opt whole(model.params(), oc);
+      load_checkpoint(f, model, &whole);
+      const auto piece = static_cast<std::int64_t>(dp.shard_end() - dp.shard_begin());
+      Backend::copy(opt.exp_avg().data(), whole.exp_avg().data() + dp.shard_begin(), piece);
+      Backend::copy(opt.exp_avg_sq().data(), whole.exp_avg_sq().data() + dp.shard_begin(), piece);
+      opt.set_steps_taken(whole.steps_taken());
     } else {
       load_checkpoint(f, model, &opt);
     }
@@ -793,6 +808,9 @@ int run_training(TrainOptions o, Comm& comm) {
   std::ofstream metrics;
   if (lead) metrics.open(metrics_path, std::ios::app);
   auto save = [&](std::int64_t steps_done) {
+    // The ranks compare the host copy of the parameters: bring it up to date first.
+    if constexpr (!Backend::host_memory)
+      if (dp.distributed()) model.download_params();
     detail::check_parameters_agree(comm, model.params(), steps_done);
     std::optional<Opt> whole;
     if (dp.zero()) whole = dp.gather_optimizer(model.params(), opt, oc);

@@ -124,6 +124,9 @@ struct cuda_backend {
   // Memory: device arrays. The model keeps its ParamStore on the host (init,
   // checkpoints) and steps on device copies (Transformer::upload_params/download_params).
   static constexpr bool host_memory = false;
+  // ... and the host cannot address them: a communicator must reduce them on the
+  // device (NcclComm; dist::reduces_memory_of).
+  static constexpr bool device_memory = true;
   template <class T>
   using vector = cuda::device_vector<T>;
   template <ResidualMath M, class T>
