@@ -12,6 +12,7 @@
 
 #include "normlab/normlab.hpp"
 #include "normlab/train/checkpoint.hpp"
+#include "normlab/train/driver.hpp"
 #include "normlab/train/golden.hpp"
 #include "normlab/train/step.hpp"
 #include "normlab/train/variants.hpp"
@@ -145,4 +146,57 @@ TEST_CASE("backend memory: the golden replay and decoding run on separate memory
     const double* lb = b.decode_step(t, cb);
     CHECK(std::memcmp(la, lb, sizeof(double) * std::size_t(small_config().vocab_size)) == 0);
   }
+}
+
+namespace {
+// A backend with its own memory that reports 64 MiB free on its device.
+struct small_device_backend : separate_memory_backend {
+  static double device_free_bytes() { return 64.0 * 1024 * 1024; }
+};
+}  // namespace
+
+TEST_CASE("backend memory: a run is planned against the device's free memory, the host keeps the store", "[backend]") {
+  using Dev = variants::ngpt::model<float, small_device_backend>;
+  TrainOptions o;
+  o.d = 64;
+  o.layers = 2;
+  o.heads = 4;
+  o.batch = 4;
+  o.seq = 64;
+  ModelConfig mc;
+  mc.vocab_size = 256;
+  mc.n_embd = o.d;
+  mc.n_head = o.heads;
+  mc.n_layer = o.layers;
+  // Small: a few MiB on the device, fits.
+  const RunMemory fits = plan_run_memory<Dev>(mc, o);
+  CHECK(fits.activations > 0);
+  CHECK(fits.activations + fits.parameters < 64.0 * 1024 * 1024);
+  // Large activations (batch 64 x seq 1024: about 1.5 GiB on the device) are refused
+  // with the flags and the device named, before anything is allocated.
+  o.batch = 64;
+  o.seq = 1024;
+  std::string msg;
+  try {
+    plan_run_memory<Dev>(mc, o);
+  } catch (const Error& e) {
+    msg = e.what();
+  }
+  INFO(msg);
+  CHECK(msg.find("memory: --batch 64 x --seq 1024") != std::string::npos);
+  CHECK(msg.find("of cpu-separate-memory device memory") != std::string::npos);
+  CHECK(msg.find("more than the device's free memory, 64.0 MiB") != std::string::npos);
+  // --max-memory bounds each side. At exactly the device's share the device run fits (the
+  // host holds only the store and the batches), while the CPU run, which holds everything
+  // in one memory, does not; a byte less and the device run is refused too.
+  o.batch = 4;
+  o.seq = 64;
+  const double device = fits.parameters + double(Dev::memory_plan(mc, 4, 64).gradients) + fits.optimizer +
+                        fits.activations;
+  o.max_memory = device;
+  CHECK_NOTHROW(plan_run_memory<Dev>(mc, o));
+  using Cpu = variants::ngpt::model<float>;
+  CHECK_THROWS_WITH(plan_run_memory<Cpu>(mc, o), Catch::Contains("more than the --max-memory limit"));
+  o.max_memory = device - 1;
+  CHECK_THROWS_WITH(plan_run_memory<Dev>(mc, o), Catch::Contains("device memory") && Catch::Contains("--max-memory"));
 }

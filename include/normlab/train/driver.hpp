@@ -225,6 +225,28 @@ RunMemory plan_run_memory(const ModelConfig& mc, const TrainOptions& o) {
   m.optimizer = 2.0 * double(plan.parameters);  // AdamW's two moments
   m.activations = double(plan.activations);
   m.batches = double(plan.tokens) + 2.0 * tokens * sizeof(std::int64_t);  // the model's copy + the driver's batch
+  using B = typename Model::backend;
+  if constexpr (requires { B::device_free_bytes(); }) {
+    // A backend with its own memory (a GPU's): the live parameters and
+    // gradients, the moments and the activations are there, checked against its
+    // free memory (or --max-memory); the host keeps the parameter store and the
+    // batches.
+    const double device = m.parameters + double(plan.gradients) + m.optimizer + m.activations;
+    const double free = o.max_memory > 0 ? o.max_memory : B::device_free_bytes();
+    if (free > 0 && device > free)
+      throw Error("memory: " + shape + " needs " + detail::gib(device) + " of " + std::string(B::name) +
+                  " device memory (parameters " + detail::gib(m.parameters) + ", gradients " +
+                  detail::gib(double(plan.gradients)) + ", optimizer moments " + detail::gib(m.optimizer) +
+                  ", activations " + detail::gib(m.activations) + "), more than " +
+                  (o.max_memory > 0 ? std::string("the --max-memory limit") : "the device's free memory") + ", " +
+                  detail::gib(free) + "; lower --batch or --seq");
+    const double host = m.parameters + m.gradients + m.batches;
+    if (limit > 0 && host > limit)
+      throw Error("memory: " + shape + " needs " + detail::gib(host) + " of host memory (the parameter store " +
+                  detail::gib(m.parameters + m.gradients) + ", batches " + detail::gib(m.batches) + "), more than " +
+                  where + ", " + detail::gib(limit) + "; lower --batch or --seq, or raise --max-memory");
+    return m;
+  }
   if (limit > 0 && m.total() > limit)
     throw Error("memory: " + shape + " needs " + detail::gib(m.total()) + " (" + m.breakdown() + "), more than " +
                 where + ", " + detail::gib(limit) + "; lower --batch or --seq, or raise --max-memory");

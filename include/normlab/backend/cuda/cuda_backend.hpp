@@ -160,6 +160,16 @@ struct cuda_backend {
   static void upload(float* dst, const float* src, std::int64_t n) { be().upload(dst, src, std::size_t(n) * 4); }
   static void download(float* dst, const float* src, std::int64_t n) { be().download(dst, src, std::size_t(n) * 4); }
   static void synchronize() { be().synchronize(); }
+  // Free memory on the device (cudaMemGetInfo): the driver's memory plan refuses a
+  // run that does not fit with the flags named, before the first cudaMalloc fails.
+  // 0 (unknown: not checked) without a device, so --dry-run works on any machine.
+  static double device_free_bytes() {
+    if (cuda::device_count() == 0) return 0;
+    be();  // the device is chosen (and its context made) first
+    std::size_t free = 0, total = 0;
+    NORMLAB_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+    return double(free);
+  }
 
   // ---- linear layers (cuBLASLt, float32 compute, no TF32)
   static void linear_forward(float* Y, const float* X, const float* W, std::int64_t N, std::int64_t in,
