@@ -1,22 +1,28 @@
 // NcclComm on one rank, one GPU (no MPI): NCCL runs every collective of the
-// data-parallel step on the model's own device buffers, and the step equals the
-// MPI-free CUDA step bit for bit. A sum over one rank is the identity in any
-// order, so a difference can only be a fault of the streams: a bucket reduced
-// before backward wrote its gradients, or compute not waiting for a bucket.
-//  * gpt and ngpt, 3 steps: gradients all-reduced in 16 Ki-value buckets started
-//    while backward runs (GradientSync), then the driver's clip, AdamW and
-//    constraint, against the same steps without a communicator: losses,
-//    gradient norms and parameters bit-identical; several buckets; the exposed
-//    time finite and >= 0;
+// data-parallel step on the model's own device buffers.
+//  * The streams' ordering, made visible: on one rank NCCL's in-place sum is no
+//    operation at all, so the bucket's reduction is a PreMulSum by 2 here
+//    (set_premultiply), which reads and writes the buffer. Compute is held for
+//    50 ms by a host function, then writes 3s; the reduction started by ready()
+//    must see them (6), and a kernel after finish() must see its result
+//    (6 + 1 = 7). Reduced before the write it would give 4, after the add 8.
+//  * gpt and ngpt, 3 steps of the driver's flow with the trainers' plain sum:
+//    gradients all-reduced in 16 Ki-value buckets started while backward runs
+//    (GradientSync), then the driver's clip, AdamW and constraint, against the
+//    same steps without a communicator: losses, gradient norms and parameters
+//    bit-identical; several buckets; the exposed time finite and >= 0 (on one
+//    rank these check the calls and the flow, not the ordering: above);
 //  * the same with ZeRO-1 (reduce to the owner, AdamW over the one shard, the
 //    parameters all-gathered);
 //  * gather_shards: the moments gathered into a whole buffer equal them.
 // Exits 77 (skipped) without a GPU. The multi-rank path runs where several GPUs
 // are: mpirun -np N train-<variant>-cuda (docs/distributed.md).
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "harness.hpp"
@@ -111,6 +117,38 @@ Run train(Comm* comm, bool zero) {
   return r;
 }
 
+void check_ordering(Comm& comm, Tally& t) {
+  const std::size_t n = std::size_t(1) << 20;
+  cuda::device_vector<float> buf, ones;
+  buf.assign(n, 0.0f);
+  ones.assign(n, 0.0f);
+  cuda_backend::fill(buf.data(), std::int64_t(n), 1.0f);
+  cuda_backend::fill(ones.data(), std::int64_t(n), 1.0f);
+  cuda_backend::synchronize();
+  comm.set_premultiply(2.0);
+  dist::GradientSync<float, Comm> sync(comm, n, nullptr, n / 2);
+  sync.begin(buf.data());
+  // Backward's last kernels: compute is busy for 50 ms, then writes the bucket.
+  const cudaHostFn_t hold = [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(50)); };
+  NORMLAB_CUDA_CHECK(cudaLaunchHostFunc(cuda::current().stream(), hold, nullptr));
+  cuda_backend::fill(buf.data() + n / 2, std::int64_t(n / 2), 3.0f);
+  sync.ready(n / 2);  // the upper half is final: its reduction starts now
+  cuda_backend::fill(buf.data(), std::int64_t(n / 2), 3.0f);
+  const double exposed = sync.finish();  // the lower half, then wait for both
+  cuda_backend::add_into(buf.data(), ones.data(), std::int64_t(n));
+  comm.set_premultiply(1.0);
+  const std::vector<float> got = download(buf.data(), n);
+  std::size_t wrong = 0;
+  float first_wrong = 7.0f;
+  for (float x : got)
+    if (x != 7.0f && wrong++ == 0) first_wrong = x;
+  t.truth("NCCL reduction ordered after the kernels writing its bucket and before those reading it (" +
+              std::to_string(wrong) + " of " + std::to_string(n) + " values != 7" +
+              (wrong ? ", e.g. " + std::to_string(first_wrong) : std::string()) + ")",
+          wrong == 0);
+  t.truth("2 buckets, exposed time finite and >= 0", sync.buckets() == 2 && std::isfinite(exposed) && exposed >= 0);
+}
+
 template <class Tag>
 void check(Comm& comm, Tally& t) {
   const Run plain = train<Tag>(nullptr, false);
@@ -138,6 +176,7 @@ int main() {
     Comm comm;
     Tally t;
     t.truth("NcclComm<SingleProcess>: one rank", comm.rank() == 0 && comm.size() == 1);
+    check_ordering(comm, t);
     check<variants::gpt>(comm, t);
     check<variants::ngpt>(comm, t);
     return t.finish("test_cuda_nccl");

@@ -50,6 +50,12 @@ inline int launcher_local_rank() {
     if (const char* s = std::getenv(v)) return std::atoi(s);
   return -1;
 }
+// The number of ranks on this node, from the launcher; 0 if none says.
+inline int launcher_local_size() {
+  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "PMI_LOCAL_SIZE"})
+    if (const char* s = std::getenv(v)) return std::atoi(s);
+  return 0;
+}
 
 template <class Host>
 class NcclComm {
@@ -95,16 +101,25 @@ class NcclComm {
   template <class T>
   Request start_allreduce_sum(T* buf, std::size_t n) {
     return on_side_stream(n, [&](cudaStream_t s) {
-      return ncclAllReduce(buf, buf, n, nccl_type<T>(), ncclSum, comm_, s);
+      return with_sum_op<T>([&](ncclRedOp_t op) { return ncclAllReduce(buf, buf, n, nccl_type<T>(), op, comm_, s); });
     });
   }
   // buf[0, n) summed over the ranks into rank `root`'s buf (elsewhere only read).
   template <class T>
   Request start_reduce_sum(T* buf, std::size_t n, int root) {
     return on_side_stream(n, [&](cudaStream_t s) {
-      return ncclReduce(buf, buf, n, nccl_type<T>(), ncclSum, root, comm_, s);
+      return with_sum_op<T>(
+          [&](ncclRedOp_t op) { return ncclReduce(buf, buf, n, nccl_type<T>(), op, root, comm_, s); });
     });
   }
+  // Each rank's contribution multiplied by f inside the two reductions above
+  // (NCCL's PreMulSum): f = 1/ranks gives the mean in one pass. The trainers keep
+  // f = 1, a plain sum followed by the driver's scale, as over MPI, so the two
+  // communicators compute the same arithmetic. test_cuda_nccl sets f = 2: on one
+  // rank a plain in-place sum is no operation at all inside NCCL, a PreMulSum
+  // reads and writes the buffer, so the test sees whether the reduction ran
+  // after the kernels that wrote it and before those that read it.
+  void set_premultiply(double f) { premultiply_ = f; }
   // NCCL advances its collectives on the GPU: nothing for the host to do.
   void progress(std::vector<Request>&) {}
   // Compute waits for the buckets; the host waits for them too (so the caller's
@@ -131,12 +146,13 @@ class NcclComm {
     check_layout(shards);
     ensure_started();
     cudaStream_t compute = cuda::current().stream();
-    check(ncclGroupStart(), "ncclGroupStart");
-    for (int r = 0; r < size(); ++r) {
-      const std::size_t a = shards[std::size_t(r)], count = shards[std::size_t(r) + 1] - a;
-      if (count > 0) check(ncclBroadcast(buf + a, buf + a, count, nccl_type<T>(), r, comm_, compute), "ncclBroadcast");
-    }
-    check(ncclGroupEnd(), "ncclGroupEnd");
+    in_group([&] {
+      for (int r = 0; r < size(); ++r) {
+        const std::size_t a = shards[std::size_t(r)], count = shards[std::size_t(r) + 1] - a;
+        if (count > 0)
+          check(ncclBroadcast(buf + a, buf + a, count, nccl_type<T>(), r, comm_, compute), "ncclBroadcast");
+      }
+    });
   }
   // This rank's piece `mine` into `whole` (device memory, rank 0 only). On the compute stream.
   template <class T>
@@ -148,15 +164,15 @@ class NcclComm {
     if (rank() == 0 && count(0) > 0)
       NORMLAB_CUDA_CHECK(cudaMemcpyAsync(whole + shards[0], mine, count(0) * sizeof(T), cudaMemcpyDeviceToDevice,
                                          compute));
-    check(ncclGroupStart(), "ncclGroupStart");
-    if (rank() == 0) {
-      for (int r = 1; r < size(); ++r)
-        if (count(r) > 0)
-          check(ncclRecv(whole + shards[std::size_t(r)], count(r), nccl_type<T>(), r, comm_, compute), "ncclRecv");
-    } else if (count(rank()) > 0) {
-      check(ncclSend(mine, count(rank()), nccl_type<T>(), 0, comm_, compute), "ncclSend");
-    }
-    check(ncclGroupEnd(), "ncclGroupEnd");
+    in_group([&] {
+      if (rank() == 0) {
+        for (int r = 1; r < size(); ++r)
+          if (count(r) > 0)
+            check(ncclRecv(whole + shards[std::size_t(r)], count(r), nccl_type<T>(), r, comm_, compute), "ncclRecv");
+      } else if (count(rank()) > 0) {
+        check(ncclSend(mine, count(rank()), nccl_type<T>(), 0, comm_, compute), "ncclSend");
+      }
+    });
   }
 
  private:
@@ -164,6 +180,10 @@ class NcclComm {
     if (size() == 1) return;  // cuda::current()'s default, device 0
     const int devices = cuda::device_count();
     if (devices == 0) return;  // the trainer's require_device() says why
+    // Two ranks on one GPU would fail inside NCCL's first collective ("duplicate GPU").
+    if (const int per_node = launcher_local_size(); per_node > devices)
+      throw Error(std::to_string(per_node) + " ranks on this node but " + std::to_string(devices) +
+                  " GPU(s) visible: start at most " + std::to_string(devices) + " ranks per node (one GPU each)");
     const int local = launcher_local_rank();
     device_ = (local >= 0 ? local : rank()) % devices;
     static cuda::Backend* mine = new cuda::Backend(device_);  // never destroyed, as cuda::current()'s
@@ -190,6 +210,31 @@ class NcclComm {
     check(launch(side_), "NCCL collective");
     Request r{take_event()};
     NORMLAB_CUDA_CHECK(cudaEventRecord(r.done, side_));
+    return r;
+  }
+  // A group of NCCL calls, closed even when one of them fails.
+  template <class Calls>
+  void in_group(Calls&& calls) {
+    check(ncclGroupStart(), "ncclGroupStart");
+    try {
+      calls();
+    } catch (...) {
+      ncclGroupEnd();
+      throw;
+    }
+    check(ncclGroupEnd(), "ncclGroupEnd");
+  }
+  // ncclSum, or a PreMulSum by premultiply_ (created for the call: NCCL allows
+  // destroying it once the call that uses it has returned).
+  template <class T, class Call>
+  ncclResult_t with_sum_op(Call&& call) {
+    if (premultiply_ == 1.0) return call(ncclSum);
+    T f = T(premultiply_);
+    ncclRedOp_t op{};
+    check(ncclRedOpCreatePreMulSum(&op, &f, nccl_type<T>(), ncclScalarHostImmediate, comm_),
+          "ncclRedOpCreatePreMulSum");
+    const ncclResult_t r = call(op);
+    ncclRedOpDestroy(op, comm_);
     return r;
   }
   // Events are reused (grow-only), so a step creates none after the first.
@@ -219,6 +264,7 @@ class NcclComm {
 
   Host host_;
   int device_ = 0;
+  double premultiply_ = 1.0;
   ncclComm_t comm_ = nullptr;
   cudaStream_t side_ = nullptr;
   cudaEvent_t ready_ = nullptr;

@@ -232,13 +232,17 @@ RunMemory plan_run_memory(const ModelConfig& mc, const TrainOptions& o) {
     // free memory (or --max-memory); the host keeps the parameter store and the
     // batches.
     const double device = m.parameters + double(plan.gradients) + m.optimizer + m.activations;
-    const double free = o.max_memory > 0 ? o.max_memory : B::device_free_bytes();
+    // --max-memory lowers the bound, never raises it above what is free. Not counted: the
+    // backend's grow-only op scratch and a communicator's own buffers (NCCL's), which
+    // need headroom beyond this figure.
+    const double avail = B::device_free_bytes();
+    const double free = o.max_memory > 0 && (avail <= 0 || o.max_memory < avail) ? o.max_memory : avail;
     if (free > 0 && device > free)
       throw Error("memory: " + shape + " needs " + detail::gib(device) + " of " + std::string(B::name) +
                   " device memory (parameters " + detail::gib(m.parameters) + ", gradients " +
                   detail::gib(double(plan.gradients)) + ", optimizer moments " + detail::gib(m.optimizer) +
                   ", activations " + detail::gib(m.activations) + "), more than " +
-                  (o.max_memory > 0 ? std::string("the --max-memory limit") : "the device's free memory") + ", " +
+                  (free == o.max_memory ? std::string("the --max-memory limit") : "the device's free memory") + ", " +
                   detail::gib(free) + "; lower --batch or --seq");
     const double host = m.parameters + m.gradients + m.batches;
     if (limit > 0 && host > limit)
@@ -795,6 +799,7 @@ int run_training(TrainOptions o, Comm& comm) {
       const auto piece = static_cast<std::int64_t>(dp.shard_end() - dp.shard_begin());
       Backend::copy(opt.exp_avg().data(), whole.exp_avg().data() + dp.shard_begin(), piece);
       Backend::copy(opt.exp_avg_sq().data(), whole.exp_avg_sq().data() + dp.shard_begin(), piece);
+      Backend::synchronize();  // the copies (asynchronous on a GPU) are done before `whole` is freed
       opt.set_steps_taken(whole.steps_taken());
     } else {
       load_checkpoint(f, model, &opt);
