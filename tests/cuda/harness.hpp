@@ -85,6 +85,19 @@ inline double round_to(Dtype dt, double x) {
   return r;
 }
 
+// n token ids in [0, V) (the model-level tests' batches).
+inline std::vector<std::int64_t> random_tokens(std::mt19937_64& rng, std::size_t n, std::int64_t V) {
+  std::vector<std::int64_t> v(n);
+  for (auto& x : v) x = std::int64_t(rng() % std::uint64_t(V));
+  return v;
+}
+// n floats of device memory, on the host (on cuda::current()'s stream, complete on return).
+inline std::vector<float> download(const float* dev, std::size_t n) {
+  std::vector<float> h(n);
+  current().download(h.data(), dev, n * sizeof(float));
+  return h;
+}
+
 inline std::vector<double> random_vec(std::mt19937_64& rng, std::size_t n, double scale = 1.0, double shift = 0.0) {
   std::normal_distribution<double> nd(0.0, 1.0);
   std::vector<double> v(n);

@@ -22,6 +22,8 @@
 #include "normlab/train/variants.hpp"
 
 using namespace normlab;
+using cuda::test::download;
+using cuda::test::random_tokens;
 using cuda::test::Tally;
 
 namespace {
@@ -52,11 +54,6 @@ double rel_err(const std::vector<double>& a, const std::vector<double>& b) {
   }
   return std::sqrt(num / den);
 }
-std::vector<float> download(const float* dev, std::size_t n) {
-  std::vector<float> h(n);
-  cuda_backend::download(h.data(), dev, std::int64_t(n));
-  return h;
-}
 
 template <class Tag>
 void check_layout(Tally& t) {
@@ -85,12 +82,6 @@ void check_golden(const std::string& file, Tally& t) {
   t.truth("golden " + file + " on the GPU in float32: " + std::to_string(rep.rows.size()) + " tensors, worst " +
               std::to_string(worst) + ", " + std::to_string(rep.failures()) + " failures",
           rep.pass() && rep.rows.size() == expected);
-}
-
-std::vector<std::int64_t> random_tokens(std::mt19937_64& rng, std::size_t n, std::int64_t V) {
-  std::vector<std::int64_t> v(n);
-  for (auto& x : v) x = std::int64_t(rng() % std::uint64_t(V));
-  return v;
 }
 
 // One optimizer step of a model on its own backend, written once for both sides.

@@ -34,6 +34,8 @@
 #include "normlab/train/variants.hpp"
 
 using namespace normlab;
+using cuda::test::download;
+using cuda::test::random_tokens;
 using cuda::test::Tally;
 using Comm = dist::NcclComm<dist::SingleProcess>;
 
@@ -48,16 +50,6 @@ ModelConfig small_config() {
   return c;
 }
 
-std::vector<std::int64_t> random_tokens(std::mt19937_64& rng, std::int64_t n, std::int64_t V) {
-  std::vector<std::int64_t> v(static_cast<std::size_t>(n));
-  for (auto& x : v) x = std::int64_t(rng() % std::uint64_t(V));
-  return v;
-}
-std::vector<float> download(const float* dev, std::size_t n) {
-  std::vector<float> h(n);
-  cuda_backend::download(h.data(), dev, std::int64_t(n));
-  return h;
-}
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
@@ -84,7 +76,6 @@ Run train(Comm* comm, bool zero) {
   AdamW<float, cuda_backend> opt(m.params(), oc, 0, n);
   std::mt19937_64 rng(9);
   Run r;
-  r.exposed = 0;
   for (int s = 0; s < 3; ++s) {
     const auto idx = random_tokens(rng, B * T, 300), tgt = random_tokens(rng, B * T, 300);
     r.losses.push_back(m.forward(idx.data(), tgt.data(), B, T));

@@ -343,7 +343,7 @@ struct DataParallel {
     const auto& store = model.params();
     if (!zero()) return global_grad_norm<B>(model.param_grads(), static_cast<std::int64_t>(store.size()));
     double ss = 0;
-    if constexpr (B::host_memory) {
+    if constexpr (B::host_memory) {  // in index order: the bits the CPU's ZeRO-1 runs have had
       const auto* g = store.grad();
       for (std::size_t i = shard_begin(); i < shard_end(); ++i) ss += double(g[i]) * double(g[i]);
     } else {  // the live gradients, in the backend's memory
@@ -369,14 +369,8 @@ struct DataParallel {
     using T = typename Model::scalar_type;
     if (max_norm > 0) {
       const double coef = std::min(1.0, max_norm / (norm + 1e-6));
-      if (coef < 1.0) {
-        if constexpr (B::host_memory) {
-          T* g = store.grad();
-          for (std::size_t i = shard_begin(); i < shard_end(); ++i) g[i] *= T(coef);
-        } else {
-          B::scale(model.param_grads() + shard_begin(), std::int64_t(shard_end() - shard_begin()), T(coef));
-        }
-      }
+      // This rank's piece of the live gradients (the store's own on the CPU).
+      if (coef < 1.0) B::scale(model.param_grads() + shard_begin(), std::int64_t(shard_end() - shard_begin()), T(coef));
     }
     // The live parameters (the store's own on the CPU): this rank's shard, then everyone's.
     opt.step(store, model.param_values(), model.param_grads(), lr);
@@ -445,8 +439,7 @@ double accumulate_gradients(Model& model, data::BatchSampler& sampler, const Tra
                             bool poison = false) {
   using T = typename Model::scalar_type;
   using B = typename Model::backend;
-  auto& grads = model.params().grads();
-  const std::size_t n = grads.size();
+  const std::size_t n = model.params().size();
   const std::int64_t* x = idx.data() + dp.row_offset;
   const std::int64_t* y = tgt.data() + dp.row_offset;
   double loss = 0;
@@ -465,29 +458,22 @@ double accumulate_gradients(Model& model, data::BatchSampler& sampler, const Tra
     }
   }
   loss /= double(o.accum);
-  if constexpr (!B::host_memory) {  // the live gradients, in the backend's memory
-    T* g = model.param_grads();
-    if (poison) B::fill(g, 1, std::numeric_limits<T>::quiet_NaN());
-    if (dp.distributed()) {  // as below, with the backend's scale
-      const T inv = T(1) / T(double(o.accum) * double(dp.comm.size()));
-      const std::size_t a = dp.zero() ? dp.shard_begin() : 0, b = dp.zero() ? dp.shard_end() : n;
-      B::scale(g + a, static_cast<std::int64_t>(b - a), inv);
-      loss = dp.mean(loss);
-    } else if (o.accum > 1) {
-      B::scale(g, static_cast<std::int64_t>(n), T(1) / T(o.accum));
-    }
-    return loss;
-  }
-  if (poison) grads[0] = std::numeric_limits<T>::quiet_NaN();
+  T* g = model.param_grads();  // the live gradients (the store's own on the CPU)
+  if (poison) B::fill(g, 1, std::numeric_limits<T>::quiet_NaN());
   if (dp.distributed()) {
     // Each rank's gradient is the mean over its rows; the global mean is the
-    // mean over ranks (equal row counts), as is the loss.
+    // mean over ranks (equal row counts), as is the loss. Under ZeRO-1 only this
+    // rank's piece holds sums.
     const T inv = T(1) / T(double(o.accum) * double(dp.comm.size()));
     const std::size_t a = dp.zero() ? dp.shard_begin() : 0, b = dp.zero() ? dp.shard_end() : n;
-    for (std::size_t i = a; i < b; ++i) grads[i] *= inv;  // under ZeRO-1 only this rank's piece holds sums
+    B::scale(g + a, static_cast<std::int64_t>(b - a), inv);
     loss = dp.mean(loss);
   } else if (o.accum > 1) {
-    for (T& g : grads) g /= T(o.accum);
+    if constexpr (B::host_memory) {
+      for (std::size_t i = 0; i < n; ++i) g[i] /= T(o.accum);  // a division: the bits the CPU's runs have had
+    } else {
+      B::scale(g, static_cast<std::int64_t>(n), T(1) / T(o.accum));  // a kernel: the reciprocal
+    }
   }
   return loss;
 }
