@@ -133,9 +133,7 @@ struct cpu_backend {
     auto factor = [&](T norm) { return shrink_only ? (norm > T(1) ? T(1) / norm : T(1)) : T(1) / norm; };
     if (rows) {
       cpu::parallel_for(R, R * L > cpu::kParallelGrain, [&](std::int64_t i) {
-        T ss = 0;
-        for (std::int64_t j = 0; j < L; ++j) ss += W[i * L + j] * W[i * L + j];
-        const T f = factor(std::sqrt(ss));
+        const T f = factor(std::sqrt(cpu::lane_dot(W + i * L, W + i * L, L)));
         for (std::int64_t j = 0; j < L; ++j) W[i * L + j] *= f;
       });
     } else {
@@ -171,17 +169,17 @@ struct cpu_backend {
       P -= step_size * (M / (Vs.sqrt() / sqrt_bc2 + eps));
     });
   }
-  // Σ x² in double: fixed chunks summed in parallel, then added in chunk order
-  // (the same bits for any thread count).
+  // Σ x² in double: fixed chunks summed in parallel (each in cpu::lane_sum's
+  // fixed order), then added in chunk order (the same bits for any thread count).
   template <class T>
   static double sum_squares(const T* x, std::int64_t n) {
     constexpr std::int64_t kChunk = 1 << 16;
     const std::int64_t chunks = (n + kChunk - 1) / kChunk;
     double* part = cpu::detail::thread_scratch<double, cpu::detail::kNormPartials>(std::size_t(chunks));
     cpu::parallel_for(chunks, chunks > 1, [&](std::int64_t c) {
-      double ss = 0;
-      for (std::int64_t i = c * kChunk; i < std::min(n, (c + 1) * kChunk); ++i) ss += double(x[i]) * double(x[i]);
-      part[c] = ss;
+      const T* xc = x + c * kChunk;
+      part[c] = cpu::lane_sum<double>(std::min(kChunk, n - c * kChunk),
+                                      [&](std::int64_t i) { return double(xc[i]) * double(xc[i]); });
     });
     double ss = 0;
     for (std::int64_t c = 0; c < chunks; ++c) ss += part[c];

@@ -81,6 +81,30 @@ void column_reduce(T* out, std::int64_t N, std::int64_t L, Term&& term) {
   });
 }
 
+// Σ_{c<n} term(c) in 16 interleaved partial sums (sum j takes c ≡ j mod 16), then
+// the partials added pairwise. A plain `s += …` loop is one serial chain of
+// float additions that the compiler may not reorder (4 cycles an element here);
+// 16 independent sums vectorize without reassociation flags, and the order
+// depends on n alone: not on alignment, the thread count or the caller, so a
+// fused kernel and its unfused parts still agree bit for bit (docs/perf.md,
+// change 20).
+template <class T, class Term>
+T lane_sum(std::int64_t n, Term&& term) {
+  constexpr std::int64_t kLanes = 16;
+  T acc[kLanes] = {};
+  std::int64_t c = 0;
+  for (; c + kLanes <= n; c += kLanes)
+    for (std::int64_t j = 0; j < kLanes; ++j) acc[j] += term(c + j);
+  for (std::int64_t j = 0; c + j < n; ++j) acc[j] += term(c + j);
+  for (std::int64_t w = kLanes / 2; w > 0; w /= 2)
+    for (std::int64_t j = 0; j < w; ++j) acc[j] += acc[j + w];
+  return acc[0];
+}
+template <class T>
+T lane_dot(const T* a, const T* b, std::int64_t n) {
+  return lane_sum<T>(n, [&](std::int64_t c) { return a[c] * b[c]; });
+}
+
 template <class T>
 using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 template <class T>
@@ -378,8 +402,7 @@ template <class T>
 void rmsnorm_forward(T* y, T* rstd, const T* x, const T* w, std::int64_t N, std::int64_t C, T eps) {
   parallel_for(N, N * C > kParallelGrain, [&](std::int64_t i) {
     const T* xi = x + i * C;
-    T ss = 0;
-    for (std::int64_t c = 0; c < C; ++c) ss += xi[c] * xi[c];
+    const T ss = lane_dot(xi, xi, C);
     const T r = T(1) / std::sqrt(ss / T(C) + eps);
     rstd[i] = r;
     T* yi = y + i * C;
@@ -395,8 +418,7 @@ void rmsnorm_backward(T* dx, T* dw, const T* dy, const T* x, const T* w, const T
     const T* xi = x + i * C;
     const T* gi = dy + i * C;
     const T r = rstd[i];
-    T dot = 0;
-    for (std::int64_t c = 0; c < C; ++c) dot += gi[c] * w[c] * xi[c];
+    const T dot = lane_sum<T>(C, [&](std::int64_t c) { return gi[c] * w[c] * xi[c]; });
     const T k = r * r * r * dot / T(C);
     T* di = dx + i * C;
     for (std::int64_t c = 0; c < C; ++c) di[c] = r * gi[c] * w[c] - k * xi[c];
@@ -410,9 +432,7 @@ template <class T>
 void l2norm_rows_forward(T* y, T* norm, const T* x, std::int64_t rows, std::int64_t L) {
   parallel_for(rows, rows * L > kParallelGrain, [&](std::int64_t i) {
     const T* xi = x + i * L;
-    T ss = 0;
-    for (std::int64_t c = 0; c < L; ++c) ss += xi[c] * xi[c];
-    const T n = std::sqrt(ss);
+    const T n = std::sqrt(lane_dot(xi, xi, L));
     norm[i] = n;
     const T inv = T(1) / n;
     T* yi = y + i * L;
@@ -426,8 +446,7 @@ void l2norm_rows_backward(T* dx, const T* dy, const T* y, const T* norm, std::in
   parallel_for(rows, rows * L > kParallelGrain, [&](std::int64_t i) {
     const T* yi = y + i * L;
     const T* gi = dy + i * L;
-    T dot = 0;
-    for (std::int64_t c = 0; c < L; ++c) dot += yi[c] * gi[c];
+    const T dot = lane_dot(yi, gi, L);
     const T inv = T(1) / norm[i];
     T* di = dx + i * L;
     for (std::int64_t c = 0; c < L; ++c) di[c] = (gi[c] - yi[c] * dot) * inv;
@@ -490,9 +509,7 @@ void rope_l2norm_scale_forward(T* x, T* xh, T* norm, T* xs, const T* s, const T*
       const std::int64_t o = bt * C + hd * dk;
       T* v = x + o;
       rotate_half(v, cosv + p * h, sinv + p * h, h, T(1));
-      T ss = 0;
-      for (std::int64_t c = 0; c < dk; ++c) ss += v[c] * v[c];
-      const T n = std::sqrt(ss);
+      const T n = std::sqrt(lane_dot(v, v, dk));
       norm[bt * H + hd] = n;
       const T inv = T(1) / n;
       for (std::int64_t c = 0; c < dk; ++c) {
@@ -522,8 +539,7 @@ void rope_l2norm_scale_backward(T* dx, T* ds, const T* xh, const T* norm, const 
     for (std::int64_t hd = 0; hd < H; ++hd) {
       T* gh = g + hd * dk;
       const T* yh = y + hd * dk;
-      T dot = 0;
-      for (std::int64_t k = 0; k < dk; ++k) dot += yh[k] * gh[k];
+      const T dot = lane_dot(yh, gh, dk);
       const T inv = T(1) / norm[i * H + hd];
       for (std::int64_t k = 0; k < dk; ++k) gh[k] = (gh[k] - yh[k] * dot) * inv;
       rotate_half(gh, cosv + p * h, sinv + p * h, h, T(-1));
@@ -600,9 +616,7 @@ void attention_backward(T* dq, T* dk_, T* dv, const T* dy, const T* y, const T* 
     for (std::int64_t t = 0; t < Tn; ++t) {
       const T* g = dy + off + t * C;
       const T* o = y + off + t * C;
-      T s = 0;
-      for (std::int64_t c = 0; c < dk; ++c) s += g[c] * o[c];
-      D[t] = s;
+      D[t] = lane_dot(g, o, dk);
       std::fill_n(dq + off + t * C, dk, T(0));
       std::fill_n(dk_ + off + t * C, dk, T(0));
       std::fill_n(dv + off + t * C, dk, T(0));
