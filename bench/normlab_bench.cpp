@@ -8,6 +8,7 @@
 // FLOPs per token of a step = 6 × (weights in matrix products, LM head
 // included, embedding lookup excluded) + 6 × layers × T × d  (docs/perf.md).
 #include <benchmark/benchmark.h>
+#include <immintrin.h>
 #include <omp.h>
 
 #include <random>
@@ -150,6 +151,51 @@ void BM_OpenBlasSgemm(benchmark::State& state) {
 }
 BENCHMARK(BM_OpenBlasSgemm)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime();
 #endif
+
+// The cores' arithmetic peak: every thread of the team runs independent fused
+// multiply-adds on the widest vectors this build targets (12 accumulators, more than
+// FMA latency × throughput, so no chain waits), nothing from memory. The figure no
+// GEMM and no step can pass; docs/perf.md compares the ceiling and the step with it.
+void BM_FmaPeak(benchmark::State& state) {
+#if defined(__AVX512F__)
+  using V = __m512;
+  constexpr int kLanes = 16;
+  auto fma = [](V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); };
+  auto splat = [](float x) { return _mm512_set1_ps(x); };
+  auto first = [](V a) { return _mm512_cvtss_f32(a); };
+#elif defined(__AVX2__) && defined(__FMA__)
+  using V = __m256;
+  constexpr int kLanes = 8;
+  auto fma = [](V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); };
+  auto splat = [](float x) { return _mm256_set1_ps(x); };
+  auto first = [](V a) { return _mm256_cvtss_f32(a); };
+#else
+  state.SkipWithError("BM_FmaPeak: this build targets no FMA vector unit (AVX2+FMA or AVX-512)");
+  for (auto _ : state) {
+  }
+  return;
+#endif
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+  constexpr int kAcc = 12;
+  constexpr std::int64_t kIters = 1 << 20;  // per thread per benchmark iteration
+  const int threads = omp_get_max_threads();
+  float sink = 0;
+  for (auto _ : state) {
+#pragma omp parallel reduction(+ : sink)
+    {
+      V acc[kAcc];
+      for (int i = 0; i < kAcc; ++i) acc[i] = splat(1.0f + 1e-3f * float(i + omp_get_thread_num()));
+      const V b = splat(0.999999f), c = splat(1e-7f);
+      for (std::int64_t k = 0; k < kIters; ++k)
+        for (int i = 0; i < kAcc; ++i) acc[i] = fma(acc[i], b, c);
+      for (int i = 0; i < kAcc; ++i) sink += first(acc[i]);
+    }
+    benchmark::DoNotOptimize(sink);
+  }
+  gemm_flops(state, 2.0 * kLanes * kAcc * double(kIters) * threads);
+#endif
+}
+BENCHMARK(BM_FmaPeak)->UseRealTime();
 
 // The model's GEMM shapes at the reference config (N = B·T = 2048 tokens):
 // args (in, out): qkv/o (256,256), fc (256,2048), proj (1024,256), lm head (256,256).

@@ -50,6 +50,10 @@ def main():
     print(f"# Anchors ({rounds} rounds, medians)\n")
     print(f"Ceiling: OpenBLAS SGEMM 1024³ **{ceiling:.1f} GFLOP/s** (cblas_sgemm, 2 threads); "
           f"normlab's cpu::gemm 1024³ {own:.1f} GFLOP/s ({own / ceiling:.0%}).\n")
+    peak = (nl.get("BM_FmaPeak") or {}).get("gflops")
+    if peak:
+        print(f"Arithmetic peak (BM_FmaPeak: independent FMAs on every thread, nothing from memory): "
+              f"**{peak:.1f} GFLOP/s**; the ceiling is {ceiling / peak:.0%} of it.\n")
 
     torch = {}
     for v in ("gpt", "ngpt"):
@@ -80,6 +84,27 @@ def main():
         print(f"| {v} | {r['ms']:.0f} | {r['gflops']:.1f} | {r['gflops'] / ceiling:.0%} | "
               f"{one['ms']:.0f} | {one['ms'] / r['ms']:.2f}× | {r['ms'] / gpt_ms:.3f} | "
               f"{r['tokens_per_second']:.0f} | {x} |")
+
+    # What issue 18's PyTorch bars ask of the whole step, in the units of the ceiling
+    # and the peak: the step's FLOPs over the bar's time.
+    if best:
+        print("\n### What the PyTorch bars ask of the whole step\n")
+        print("| variant | bar | PyTorch best ms | PASSIVE ms | bar's ms | needs GFLOP/s | of ceiling | of peak | "
+              "now, of peak | now × PASSIVE |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for v, bar in (("gpt", 1.5), ("ngpt", 1.8)):
+            r = nl.get(f"BM_TrainStep/{v}/reference")
+            if not r or v not in best:
+                continue
+            gflop = r["gflops"] * r["ms"] * 1e-3
+            need_ms = best[v] / bar
+            need = gflop / (need_ms * 1e-3)
+            passive = torch.get((v, "PASSIVE"))
+            of_peak = f"{need / peak:.0%}" if peak else ""
+            now_peak = f"{r['gflops'] / peak:.0%}" if peak else ""
+            px = f"{passive / r['ms']:.2f}×" if passive else ""
+            print(f"| {v} | {bar}× | {best[v]:.0f} | {passive or 0:.0f} | {need_ms:.0f} | {need:.1f} | "
+                  f"{need / ceiling:.0%} | {of_peak} | {now_peak} | {px} |")
 
     for cfg, title in (("larger", "Larger config (d=512, L=6, H=8, T=512, B=4)"),
                        ("long", "Long context (d=256, L=4, H=4, T=1024, B=2)")):
