@@ -106,6 +106,26 @@ def main():
             print(f"| {v} | {bar}× | {best[v]:.0f} | {passive or 0:.0f} | {need_ms:.0f} | {need:.1f} | "
                   f"{need / ceiling:.0%} | {of_peak} | {now_peak} | {px} |")
 
+    # Per round, so a slow episode on a shared host shows as what it is: the
+    # multiple each round's own normlab and PyTorch figures give.
+    per_round = {}
+    for path in sorted(glob.glob(os.path.join(out, "normlab-r*.json"))):
+        rnd = path.rsplit("-r", 1)[1].split(".")[0]
+        one = bench_medians(load(path))
+        for v in ("gpt", "ngpt"):
+            torch_ms = [r["median_ms"] for pol in ("PASSIVE", "default")
+                        for r in load(os.path.join(out, f"torch-{v}-{pol}-r{rnd}.json"))]
+            step = one.get(f"BM_TrainStep/{v}/reference")
+            if step and torch_ms:
+                per_round.setdefault(v, []).append((rnd, step["ms"], min(torch_ms)))
+    if per_round:
+        print("\n### Per round (normlab's step and the same round's faster PyTorch policy)\n")
+        print("| variant | round | normlab ms | PyTorch ms | × PyTorch |")
+        print("|---|---:|---:|---:|---:|")
+        for v, rows in per_round.items():
+            for rnd, ms, tms in rows:
+                print(f"| {v} | {rnd} | {ms:.0f} | {tms:.0f} | {tms / ms:.2f}× |")
+
     for cfg, title in (("larger", "Larger config (d=512, L=6, H=8, T=512, B=4)"),
                        ("long", "Long context (d=256, L=4, H=4, T=1024, B=2)")):
         print(f"\n## {title}\n")
