@@ -267,23 +267,25 @@ struct ResidualKernels<ResidualMath::slerp, T> {
     parallel_for(N, N * C > kParallelGrain, [&](std::int64_t i) {
       const T* hi = h + i * C;
       const T* fi = f + i * C;
-      double sh = 0, sf = 0;
-      for (std::int64_t j = 0; j < C; ++j) {
-        sh += double(hi[j]) * hi[j];
-        sf += double(fi[j]) * fi[j];
-      }
+      // The row sums in double, in cpu::lane_sum's fixed order (vectorized).
+      const double sh = lane_sum<double>(C, [&](std::int64_t j) { return double(hi[j]) * hi[j]; });
+      const double sf = lane_sum<double>(C, [&](std::int64_t j) { return double(fi[j]) * fi[j]; });
       const double nh = std::sqrt(sh), nf = std::sqrt(sf);
       T* A = c.A + i * C;
       T* Bf = c.Bf + i * C;
       // θ = 2·atan2(‖A − Bf‖, ‖A + Bf‖): accurate at both ends, where acos(A·Bf) loses half the digits.
-      double sm = 0, sp = 0;
       for (std::int64_t j = 0; j < C; ++j) {
         A[j] = T(hi[j] / nh);
         Bf[j] = T(fi[j] / nf);
-        const double dm = double(A[j]) - Bf[j], dp = double(A[j]) + Bf[j];
-        sm += dm * dm;
-        sp += dp * dp;
       }
+      const double sm = lane_sum<double>(C, [&](std::int64_t j) {
+        const double dm = double(A[j]) - Bf[j];
+        return dm * dm;
+      });
+      const double sp = lane_sum<double>(C, [&](std::int64_t j) {
+        const double dp = double(A[j]) + Bf[j];
+        return dp * dp;
+      });
       double th = 2.0 * std::atan2(std::sqrt(sm), std::sqrt(sp));
       const bool clamp = th > detail::kSlerpMaxTheta;
       if (clamp) th = detail::kSlerpMaxTheta;
@@ -295,12 +297,8 @@ struct ResidualKernels<ResidualMath::slerp, T> {
       T* o = out + i * C;
       const T* Pi = c.P + i * C;
       const T* Qi = c.Q + i * C;
-      double sz = 0;
-      for (std::int64_t j = 0; j < C; ++j) {
-        const T z = Pi[j] * A[j] + Qi[j] * Bf[j];
-        o[j] = z;
-        sz += double(z) * z;
-      }
+      for (std::int64_t j = 0; j < C; ++j) o[j] = Pi[j] * A[j] + Qi[j] * Bf[j];
+      const double sz = lane_sum<double>(C, [&](std::int64_t j) { return double(o[j]) * o[j]; });
       const T inz = T(1.0 / std::sqrt(sz));
       c.nz[i] = T(std::sqrt(sz));
       for (std::int64_t j = 0; j < C; ++j) o[j] *= inz;
@@ -313,9 +311,9 @@ struct ResidualKernels<ResidualMath::slerp, T> {
   static void backward(T* dh, T* df, T* dalpha, const T* dout, const Cache& c, const T* out, const T* /*h*/,
                        const T* /*f*/, const T* /*alpha*/, std::int64_t N, std::int64_t C) {
     parallel_for(N, N * C > kParallelGrain, [&](std::int64_t i) {
-      double d = 0;
-      for (std::int64_t j = 0; j < C; ++j) d += double(out[i * C + j]) * dout[i * C + j];
-      c.dot[i] = T(d);
+      const T* o = out + i * C;
+      const T* g = dout + i * C;
+      c.dot[i] = T(lane_sum<double>(C, [&](std::int64_t j) { return double(o[j]) * g[j]; }));
     });
     // dα first (deterministic column reduction, in double), before dh overwrites dout.
     std::fill_n(c.dalpha_acc, C, 0.0);
@@ -335,18 +333,20 @@ struct ResidualKernels<ResidualMath::slerp, T> {
       const T inz = T(1) / c.nz[i];
       double du = 0;
       if (c.clamped[i] == T(0))
-        for (std::int64_t j = 0; j < C; ++j) {
+        du = -lane_sum<double>(C, [&](std::int64_t j) {
           const T dz = (g[j] - o[j] * d) * inz;
-          du -= double(dz * (c.Pth[r + j] * A[j] + c.Qth[r + j] * Bf[j]));
-        }
+          return double(dz * (c.Pth[r + j] * A[j] + c.Qth[r + j] * Bf[j]));
+        });
       // dA, dBf, then through the two row normalizations (need A·dA, Bf·dBf).
       const T tdu = T(du);
-      double sA = 0, sB = 0;
-      for (std::int64_t j = 0; j < C; ++j) {
+      const double sA = lane_sum<double>(C, [&](std::int64_t j) {
         const T dz = (g[j] - o[j] * d) * inz;
-        sA += double(A[j] * (dz * c.P[r + j] + tdu * Bf[j]));
-        sB += double(Bf[j] * (dz * c.Q[r + j] + tdu * A[j]));
-      }
+        return double(A[j] * (dz * c.P[r + j] + tdu * Bf[j]));
+      });
+      const double sB = lane_sum<double>(C, [&](std::int64_t j) {
+        const T dz = (g[j] - o[j] * d) * inz;
+        return double(Bf[j] * (dz * c.Q[r + j] + tdu * A[j]));
+      });
       const T inh = T(1) / c.nh[i], inf = T(1) / c.nf[i], tsA = T(sA), tsB = T(sB);
       T* dhi = dh + r;
       T* dfi = df + r;
