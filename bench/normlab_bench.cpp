@@ -1,5 +1,7 @@
 // normlab_bench: Google Benchmark suite for the CPU backend.
 //
+//   BM_FmaPeak            the cores' arithmetic peak (independent FMAs, every
+//                          thread): what no GEMM or step can pass
 //   BM_GemmCeiling        a large float32 GEMM through the same backend: the
 //                          machine's ceiling, measured in the same run
 //   BM_TrainStep/<v>/...   full step (forward, backward, clip, AdamW, constraint)
@@ -8,7 +10,9 @@
 // FLOPs per token of a step = 6 × (weights in matrix products, LM head
 // included, embedding lookup excluded) + 6 × layers × T × d  (docs/perf.md).
 #include <benchmark/benchmark.h>
+#if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
+#endif
 #include <omp.h>
 
 #include <random>
@@ -178,17 +182,22 @@ void BM_FmaPeak(benchmark::State& state) {
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
   constexpr int kAcc = 12;
   constexpr std::int64_t kIters = 1 << 20;  // per thread per benchmark iteration
-  const int threads = omp_get_max_threads();
+  int threads = 1;  // the team actually formed (OMP_DYNAMIC or a thread limit may shrink it)
   float sink = 0;
   for (auto _ : state) {
 #pragma omp parallel reduction(+ : sink)
     {
+#pragma omp single nowait
+      threads = omp_get_num_threads();
       V acc[kAcc];
       for (int i = 0; i < kAcc; ++i) acc[i] = splat(1.0f + 1e-3f * float(i + omp_get_thread_num()));
       const V b = splat(0.999999f), c = splat(1e-7f);
       for (std::int64_t k = 0; k < kIters; ++k)
         for (int i = 0; i < kAcc; ++i) acc[i] = fma(acc[i], b, c);
-      for (int i = 0; i < kAcc; ++i) sink += first(acc[i]);
+      for (int i = 0; i < kAcc; ++i) {
+        benchmark::DoNotOptimize(acc[i]);  // every lane stays live, not only the first
+        sink += first(acc[i]);
+      }
     }
     benchmark::DoNotOptimize(sink);
   }

@@ -103,14 +103,17 @@ def main():
             of_peak = f"{need / peak:.0%}" if peak else ""
             now_peak = f"{r['gflops'] / peak:.0%}" if peak else ""
             px = f"{passive / r['ms']:.2f}×" if passive else ""
-            print(f"| {v} | {bar}× | {best[v]:.0f} | {passive or 0:.0f} | {need_ms:.0f} | {need:.1f} | "
+            pms = f"{passive:.0f}" if passive else ""
+            print(f"| {v} | {bar}× | {best[v]:.0f} | {pms} | {need_ms:.0f} | {need:.1f} | "
                   f"{need / ceiling:.0%} | {of_peak} | {now_peak} | {px} |")
 
     # Per round, so a slow episode on a shared host shows as what it is: the
     # multiple each round's own normlab and PyTorch figures give.
     per_round = {}
-    for path in sorted(glob.glob(os.path.join(out, "normlab-r*.json"))):
-        rnd = path.rsplit("-r", 1)[1].split(".")[0]
+    def round_of(path):
+        return int(os.path.basename(path)[len("normlab-r"):-len(".json")])
+    for path in sorted(glob.glob(os.path.join(out, "normlab-r*.json")), key=round_of):
+        rnd = str(round_of(path))
         one = bench_medians(load(path))
         for v in ("gpt", "ngpt"):
             torch_ms = [r["median_ms"] for pol in ("PASSIVE", "default")
