@@ -342,13 +342,10 @@ struct DataParallel {
     using B = typename Model::backend;
     const auto& store = model.params();
     if (!zero()) return global_grad_norm<B>(model.param_grads(), static_cast<std::int64_t>(store.size()));
-    double ss = 0;
-    if constexpr (B::host_memory) {  // in index order: the bits the CPU's ZeRO-1 runs have had
-      const auto* g = store.grad();
-      for (std::size_t i = shard_begin(); i < shard_end(); ++i) ss += double(g[i]) * double(g[i]);
-    } else {  // the live gradients, in the backend's memory
-      ss = B::sum_squares(model.param_grads() + shard_begin(), std::int64_t(shard_end() - shard_begin()));
-    }
+    // This rank's piece of the live gradients (the store's own on the CPU), summed
+    // by the backend's own sum_squares, as global_grad_norm sums the whole.
+    const double ss =
+        B::sum_squares(model.param_grads() + shard_begin(), std::int64_t(shard_end() - shard_begin()));
     return std::sqrt(comm.allreduce_sum(ss));
   }
   // Clipping, the optimizer step and the constraint. Under ZeRO-1 each rank
