@@ -514,10 +514,13 @@ double gemm_error(std::int64_t M, std::int64_t N, std::int64_t K, bool accumulat
 
 TEST_CASE("gemm: every storage order, ragged and model shapes, accumulate and alpha, against long double", "[gemm]") {
   // Ragged shapes leave partial micro-panels and chunks; the larger ones take
-  // the threaded path with several row chunks and K-slabs. Tolerances: float64
+  // the threaded path with several row chunks and K-slabs (the float32 AVX-512
+  // kernels: {300, 200, 700} and {29, 1100, 260} cross their 140-row, 512-column
+  // and 256-deep blocks with partial 14 × 32 tiles). Tolerances: float64
   // 1e-12 and float32 1e-4 relative to 1 + |C| (sums of up to 700 unit-variance
   // products; rounding grows like √K·ε·max|partial sum|).
-  const std::int64_t shapes[][3] = {{7, 5, 4}, {16, 5, 3}, {37, 53, 71}, {300, 200, 700}, {513, 96, 33}};
+  const std::int64_t shapes[][3] = {{7, 5, 4},       {16, 5, 3},  {37, 53, 71},
+                                    {300, 200, 700}, {513, 96, 33}, {29, 1100, 260}};
   for (const auto& s : shapes) {
     const std::int64_t M = s[0], N = s[1], K = s[2];
     INFO("M " << M << " N " << N << " K " << K);
@@ -527,5 +530,7 @@ TEST_CASE("gemm: every storage order, ragged and model shapes, accumulate and al
     CHECK(gemm_error<double, Eigen::ColMajor, Eigen::ColMajor>(M, N, K, false, 2.0) < 1e-12);
     CHECK(gemm_error<float, Eigen::RowMajor, Eigen::ColMajor>(M, N, K, false, 1.0f) < 1e-4);
     CHECK(gemm_error<float, Eigen::ColMajor, Eigen::RowMajor>(M, N, K, true, 0.7f) < 1e-4);
+    CHECK(gemm_error<float, Eigen::RowMajor, Eigen::RowMajor>(M, N, K, true, 1.0f) < 1e-4);
+    CHECK(gemm_error<float, Eigen::ColMajor, Eigen::ColMajor>(M, N, K, false, 0.5f) < 1e-4);
   }
 }

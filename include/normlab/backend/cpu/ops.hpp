@@ -26,6 +26,7 @@ static_assert(EIGEN_VERSION_AT_LEAST(3, 4, 0),
 #include <type_traits>
 #include <vector>
 
+#include "normlab/backend/cpu/sgemm_avx512.hpp"
 #include "normlab/core/aligned.hpp"
 
 namespace normlab::cpu {
@@ -139,6 +140,7 @@ enum ScratchSlot : int {
   kNormPartials = 4,
   kResidualCoef = 5,
   kGemmShared = 6,  // the calling thread's buffer for a GEMM operand both threads read
+  kSgemmPack = 7,   // the AVX-512 SGEMM's packed panels (sgemm_avx512.hpp)
 };
 template <class T, int Slot>
 T* thread_scratch(std::size_t n) {
@@ -263,14 +265,23 @@ void eigen_gemm(std::int64_t M, std::int64_t N, std::int64_t K, const T* A, std:
 
 }  // namespace detail
 
-// The float32 GEMM engine (docs/perf.md, change 17: every Debian candidate measured
-// at the step's shapes). With NORMLAB_HAVE_OPENBLAS (CMake's NORMLAB_BLAS, default
-// AUTO) float products run on OpenBLAS's kernels, 1.15–1.3× Eigen's here; float64,
-// the oracle, stays on Eigen's kernels, so the oracle never shares the fast path's GEMM.
-#ifdef NORMLAB_HAVE_OPENBLAS
+// The float32 engine, fastest first (docs/perf.md, changes 17 and 22): normlab's
+// own AVX-512 kernels where the build targets AVX-512F, else OpenBLAS's (its
+// OpenMP build, when CMake found it), else Eigen's. float64 always stays on
+// Eigen's kernels: the oracle shares no code with the fast path's GEMM.
+#if defined(NORMLAB_HAVE_SGEMM_AVX512)
+#define NORMLAB_SERIAL_SGEMM 1
+inline constexpr const char* kFloatGemmEngine = "normlab's AVX-512 kernels, normlab's threading";
+#elif defined(NORMLAB_HAVE_OPENBLAS)
+#define NORMLAB_SERIAL_SGEMM 1
 inline constexpr const char* kFloatGemmEngine = "OpenBLAS kernels, normlab's threading";
+#else
+inline constexpr const char* kFloatGemmEngine = "Eigen kernels, normlab's threading";
+#endif
 
+#ifdef NORMLAB_SERIAL_SGEMM
 namespace detail {
+#ifdef NORMLAB_HAVE_OPENBLAS
 // One single-threaded OpenBLAS product. Called inside an OpenMP region it never
 // threads itself (OpenBLAS's OpenMP build checks omp_in_parallel), so it neither
 // allocates (its threaded driver mallocs a job array per call) nor changes its
@@ -283,48 +294,74 @@ void openblas_sgemm(std::int64_t M, std::int64_t N, std::int64_t K, const float*
               RhsOrder == Eigen::RowMajor ? CblasNoTrans : CblasTrans, blasint(M), blasint(N), blasint(K), alpha, A,
               blasint(lda), B, blasint(ldb), beta, C, blasint(ldc));
 }
-}  // namespace detail
+#endif
+
+// One serial float32 product on the calling thread with the build's engine;
+// M, N, K > 0. The AVX-512 kernels pack into this thread's grow-only scratch.
+template <int LhsOrder, int RhsOrder>
+void serial_sgemm(std::int64_t M, std::int64_t N, std::int64_t K, const float* A, std::int64_t lda, const float* B,
+                  std::int64_t ldb, float* C, std::int64_t ldc, bool accumulate, float alpha) {
+#if defined(NORMLAB_HAVE_SGEMM_AVX512)
+#ifdef NORMLAB_HAVE_OPENBLAS
+  // Attention's 64 × 64 × 64 blocks and other small products: OpenBLAS's
+  // small-matrix kernels skip packing, which would be ~10% of such a product
+  // here (measured: attention forward 1.12× slower at T = 256 on the packing kernels).
+  if (double(M) * double(N) * double(K) <= double(1 << 18))
+    return openblas_sgemm<LhsOrder, RhsOrder>(M, N, K, A, lda, B, ldb, C, ldc, accumulate ? 1.0f : 0.0f, alpha);
+#endif
+  float* pack = thread_scratch<float, kSgemmPack>(std::size_t(avx512::kPackFloats));
+  avx512::sgemm<LhsOrder == Eigen::RowMajor, RhsOrder == Eigen::RowMajor>(M, N, K, A, lda, B, ldb, C, ldc, accumulate,
+                                                                          alpha, pack);
 #else
-inline constexpr const char* kFloatGemmEngine = "Eigen kernels, normlab's threading";
+  openblas_sgemm<LhsOrder, RhsOrder>(M, N, K, A, lda, B, ldb, C, ldc, accumulate ? 1.0f : 0.0f, alpha);
+#endif
+}
+}  // namespace detail
 #endif
 
 template <class T, int LhsOrder, int RhsOrder>
 void gemm(std::int64_t M, std::int64_t N, std::int64_t K, const T* A, std::int64_t lda, const T* B, std::int64_t ldb,
           T* C, std::int64_t ldc, bool accumulate, T alpha = T(1)) {
-#ifdef NORMLAB_HAVE_OPENBLAS
+#ifdef NORMLAB_SERIAL_SGEMM
   // Empty products (nothing to do, or C = 0 when K = 0) take the Eigen path's handling below.
   if constexpr (std::is_same_v<T, float>) {
     if (M > 0 && N > 0 && K > 0) {
-      const float beta = accumulate ? 1.0f : 0.0f;
       // Inside a region (attention's per-head loops) the calling thread does it all.
       if (in_parallel())
-        return detail::openblas_sgemm<LhsOrder, RhsOrder>(M, N, K, A, lda, B, ldb, C, ldc, beta, alpha);
-      // Below OpenBLAS's own threading threshold (2^18 multiply-adds) one call.
+        return detail::serial_sgemm<LhsOrder, RhsOrder>(M, N, K, A, lda, B, ldb, C, ldc, accumulate, alpha);
+      // Small products (≤ 2^18 multiply-adds, OpenBLAS's own threading threshold): one call.
       if (double(M) * double(N) * double(K) <= double(1 << 18))
-        return detail::openblas_sgemm<LhsOrder, RhsOrder>(M, N, K, A, lda, B, ldb, C, ldc, beta, alpha);
+        return detail::serial_sgemm<LhsOrder, RhsOrder>(M, N, K, A, lda, B, ldb, C, ldc, accumulate, alpha);
       // Otherwise C goes in fixed pieces along its longer side, handed out
       // dynamically to the OpenMP team: a thread on a slower (or busier) core takes
       // fewer. The pieces depend on the shape only (one thread runs the same pieces
       // in turn) and each is one serial product, so C has the same bits for any
       // thread count. Each piece packs the other operand again: pieces of ≥ 512
       // rows (or columns) where the shape allows keep that to a few % of the work.
+      // Pieces are whole micro-tiles of the engine's kernel where it has them (the
+      // AVX-512 kernel's 14 × 32: a 128-row piece would compute 140 rows).
       const bool split_rows = M >= N;
       const std::int64_t len = split_rows ? M : N;
       const std::int64_t pieces = std::clamp<std::int64_t>(len / 512, 2, 8);
-      const std::int64_t step = ((len + pieces - 1) / pieces + 15) / 16 * 16;
+#if defined(NORMLAB_HAVE_SGEMM_AVX512)
+      const std::int64_t quantum = split_rows ? avx512::kMR : avx512::kNR;
+#else
+      const std::int64_t quantum = 16;
+#endif
+      const std::int64_t step = ((len + pieces - 1) / pieces + quantum - 1) / quantum * quantum;
       const std::int64_t count = (len + step - 1) / step;
       auto piece = [&](std::int64_t p) {
         const std::int64_t b = p * step, n = std::min(step, len - b);
         if (split_rows) {
           const float* Ap = LhsOrder == Eigen::RowMajor ? A + b * lda : A + b;
-          detail::openblas_sgemm<LhsOrder, RhsOrder>(n, N, K, Ap, lda, B, ldb, C + b * ldc, ldc, beta, alpha);
+          detail::serial_sgemm<LhsOrder, RhsOrder>(n, N, K, Ap, lda, B, ldb, C + b * ldc, ldc, accumulate, alpha);
         } else {
           const float* Bp = RhsOrder == Eigen::RowMajor ? B + b : B + b * ldb;
-          detail::openblas_sgemm<LhsOrder, RhsOrder>(M, n, K, A, lda, Bp, ldb, C + b, ldc, beta, alpha);
+          detail::serial_sgemm<LhsOrder, RhsOrder>(M, n, K, A, lda, Bp, ldb, C + b, ldc, accumulate, alpha);
         }
       };
       if (max_threads() == 1) {
-        for (std::int64_t p = 0; p < count; ++p) piece(p);  // OpenBLAS follows OpenMP's one thread
+        for (std::int64_t p = 0; p < count; ++p) piece(p);  // the same pieces, in turn
       } else {
 #pragma omp parallel for schedule(dynamic, 1)
         for (std::int64_t p = 0; p < count; ++p) piece(p);
