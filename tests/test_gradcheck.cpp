@@ -200,8 +200,12 @@ double rel_err_to(const std::vector<T>& a, const Vec& ref) {
 
 // T = 150 spans three key/query blocks of 64, the last one partial, so every
 // path of the blocked kernel (diagonal blocks, full blocks, the ragged edge) runs.
+// Head sizes: 16 (half a 32-column micro-tile of the float32 AVX-512 path), 40
+// (a ragged 16 × 16 transpose in its packing) and 64 (the models').
 TEMPLATE_TEST_CASE("attention: blocked (flash) kernel equals dense masked attention", "[attention]", double, float) {
-  const std::int64_t b = 2, t = 150, h = 2, dk = 16, c = h * dk, n = b * t;
+  const std::int64_t dk = GENERATE(16, 40, 64);
+  INFO("head size " << dk);
+  const std::int64_t b = 2, t = 150, h = 2, c = h * dk, n = b * t;
   const double scale = std::sqrt(double(dk));  // nGPT's softmax scale: peaky rows
   const Vec q = random_vector(n * c, 41, 0.3), k = random_vector(n * c, 42, 0.3), v = random_vector(n * c, 43),
             dy = random_vector(n * c, 44);

@@ -26,6 +26,7 @@ static_assert(EIGEN_VERSION_AT_LEAST(3, 4, 0),
 #include <type_traits>
 #include <vector>
 
+#include "normlab/backend/cpu/attention_avx512.hpp"
 #include "normlab/backend/cpu/sgemm_avx512.hpp"
 #include "normlab/core/aligned.hpp"
 
@@ -600,6 +601,18 @@ void attention_forward(T* y, T* lse, const T* q, const T* k, const T* v, std::in
                        std::int64_t H, std::int64_t dk, T scale) {
   constexpr std::int64_t Bk = kAttnBlock;
   const std::int64_t C = H * dk;
+#if defined(NORMLAB_HAVE_ATTENTION_AVX512)
+  if constexpr (std::is_same_v<T, float>) {
+    static_assert(avx512::kBlock == kAttnBlock);
+    parallel_for(B * H, B * H * Tn * Tn * dk > kParallelGrain, [&](std::int64_t bh) {
+      const std::int64_t b = bh / H, hd = bh % H, off = b * Tn * C + hd * dk;
+      float* scratch =
+          detail::thread_scratch<float, detail::kAttention>(std::size_t(avx512::attention_forward_scratch(Tn, dk)));
+      avx512::attention_head_forward(y + off, lse + bh * Tn, q + off, k + off, v + off, Tn, C, dk, scale, scratch);
+    });
+    return;
+  }
+#endif
   parallel_for(B * H, B * H * Tn * Tn * dk > kParallelGrain, [&](std::int64_t bh) {
     const std::int64_t b = bh / H, hd = bh % H, off = b * Tn * C + hd * dk;
     T* S = detail::thread_scratch<T, detail::kAttention>(std::size_t(Bk * Bk + Bk * dk + 2 * Bk));
@@ -645,6 +658,25 @@ void attention_backward(T* dq, T* dk_, T* dv, const T* dy, const T* y, const T* 
                         const T* v, std::int64_t B, std::int64_t Tn, std::int64_t H, std::int64_t dk, T scale) {
   constexpr std::int64_t Bk = kAttnBlock;
   const std::int64_t C = H * dk;
+#if defined(NORMLAB_HAVE_ATTENTION_AVX512)
+  if constexpr (std::is_same_v<T, float>) {
+    parallel_for(B * H, B * H * Tn * Tn * dk > kParallelGrain, [&](std::int64_t bh) {
+      const std::int64_t b = bh / H, hd = bh % H, off = b * Tn * C + hd * dk;
+      const std::int64_t head = avx512::attention_backward_scratch(Tn, dk);
+      float* scratch = detail::thread_scratch<float, detail::kAttention>(std::size_t(head + Tn));
+      float* D = scratch + head;
+      for (std::int64_t t = 0; t < Tn; ++t) {
+        D[t] = lane_dot(dy + off + t * C, y + off + t * C, dk);
+        std::fill_n(dq + off + t * C, dk, 0.0f);
+        std::fill_n(dk_ + off + t * C, dk, 0.0f);
+        std::fill_n(dv + off + t * C, dk, 0.0f);
+      }
+      avx512::attention_head_backward(dq + off, dk_ + off, dv + off, dy + off, D, lse + bh * Tn, q + off, k + off,
+                                      v + off, Tn, C, dk, scale, scratch);
+    });
+    return;
+  }
+#endif
   parallel_for(B * H, B * H * Tn * Tn * dk > kParallelGrain, [&](std::int64_t bh) {
     const std::int64_t b = bh / H, hd = bh % H, off = b * Tn * C + hd * dk;
     T* Pm = detail::thread_scratch<T, detail::kAttention>(std::size_t(2 * Bk * Bk + Tn));

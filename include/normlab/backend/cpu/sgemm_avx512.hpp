@@ -53,14 +53,15 @@ inline __mmask16 low_lanes(int n) {
   return n >= 16 ? __mmask16(0xFFFF) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
 }
 
-// C tile (mv ≤ 14 rows × nv ≤ 32 columns) = alpha · Ap·Bp (+ C when add), with
-// Ap: kn × 14 (Ap[k·14 + r]) and Bp: kn × 32 (Bp[k·32 + c], 64-byte aligned).
-template <bool kFull>
+// C tile (mv ≤ MR rows × nv ≤ 32 columns) = alpha · Ap·Bp (+ C when add), with
+// Ap: kn × MR (Ap[k·MR + r]) and Bp: kn × 32 (Bp[k·32 + c], 64-byte aligned).
+// MR = 14 for the GEMMs; attention's 64-row blocks use MR = 8 (no padded rows).
+template <bool kFull, int MR = kMR>
 inline void micro_kernel(std::int64_t kn, const float* __restrict Ap, const float* __restrict Bp, float* C,
                          std::int64_t ldc, float alpha, bool add, int mv, int nv) {
-  __m512 c0[kMR], c1[kMR];
+  __m512 c0[MR], c1[MR];
 #pragma GCC unroll 14
-  for (int r = 0; r < kMR; ++r) c0[r] = c1[r] = _mm512_setzero_ps();
+  for (int r = 0; r < MR; ++r) c0[r] = c1[r] = _mm512_setzero_ps();
   // The tile's C rows are read after the loop: start fetching them now, or each
   // row's miss would stall the epilogue (measured: −10% at K = 2048).
   if (add)
@@ -72,18 +73,18 @@ inline void micro_kernel(std::int64_t kn, const float* __restrict Ap, const floa
     const __m512 b0 = _mm512_load_ps(Bp), b1 = _mm512_load_ps(Bp + 16);
     _mm_prefetch(reinterpret_cast<const char*>(Bp + 8 * kNR), _MM_HINT_T0);
 #pragma GCC unroll 14
-    for (int r = 0; r < kMR; ++r) {
+    for (int r = 0; r < MR; ++r) {
       const __m512 a = _mm512_set1_ps(Ap[r]);
       c0[r] = _mm512_fmadd_ps(a, b0, c0[r]);
       c1[r] = _mm512_fmadd_ps(a, b1, c1[r]);
     }
-    Ap += kMR;
+    Ap += MR;
     Bp += kNR;
   }
   const __m512 va = _mm512_set1_ps(alpha);
   if constexpr (kFull) {
 #pragma GCC unroll 14
-    for (int r = 0; r < kMR; ++r) {
+    for (int r = 0; r < MR; ++r) {
       float* c = C + r * ldc;
       __m512 x0 = _mm512_mul_ps(va, c0[r]), x1 = _mm512_mul_ps(va, c1[r]);
       if (add) {
@@ -95,7 +96,7 @@ inline void micro_kernel(std::int64_t kn, const float* __restrict Ap, const floa
     }
   } else {
     const __mmask16 m0 = low_lanes(nv), m1 = low_lanes(nv - 16);
-    for (int r = 0; r < kMR && r < mv; ++r) {
+    for (int r = 0; r < MR && r < mv; ++r) {
       float* c = C + r * ldc;
       __m512 x0 = _mm512_mul_ps(va, c0[r]), x1 = _mm512_mul_ps(va, c1[r]);
       if (add) {
@@ -137,16 +138,17 @@ inline void transpose16(__m512 r[16]) {
   }
 }
 
-// A's rows [i0, i0+m) × K-slab [k0, k0+kn) into panels of 14 rows, k-major,
-// zero rows past m. A(i,k) = kRowA ? A[i·lda + k] : A[k·lda + i].
-template <bool kRowA>
+// A's rows [i0, i0+m) × K-slab [k0, k0+kn) into panels of MR rows, k-major
+// (panel of row p at dst + p·kn), zero rows past m.
+// A(i,k) = kRowA ? A[i·lda + k] : A[k·lda + i].
+template <bool kRowA, int MR = kMR>
 inline void pack_a(float* dst, const float* A, std::int64_t lda, std::int64_t i0, std::int64_t m, std::int64_t k0,
                    std::int64_t kn) {
-  const __mmask16 panel = low_lanes(kMR);
+  const __mmask16 panel = low_lanes(MR);
   if constexpr (kRowA) {
     // Stored along K: 16 × 16 blocks transposed in registers.
-    for (std::int64_t p = 0; p < m; p += kMR) {
-      const int mv = int(std::min<std::int64_t>(kMR, m - p));
+    for (std::int64_t p = 0; p < m; p += MR) {
+      const int mv = int(std::min<std::int64_t>(MR, m - p));
       const float* s = A + (i0 + p) * lda + k0;
       float* d = dst + p * kn;
       std::int64_t k = 0;
@@ -154,24 +156,24 @@ inline void pack_a(float* dst, const float* A, std::int64_t lda, std::int64_t i0
         __m512 r[16];
         for (int i = 0; i < 16; ++i) r[i] = i < mv ? _mm512_loadu_ps(s + i * lda + k) : _mm512_setzero_ps();
         transpose16(r);
-        for (int j = 0; j < 16; ++j) _mm512_mask_storeu_ps(d + (k + j) * kMR, panel, r[j]);
+        for (int j = 0; j < 16; ++j) _mm512_mask_storeu_ps(d + (k + j) * MR, panel, r[j]);
       }
       for (; k < kn; ++k)
-        for (int i = 0; i < kMR; ++i) d[k * kMR + i] = i < mv ? s[i * lda + k] : 0.0f;
+        for (int i = 0; i < MR; ++i) d[k * MR + i] = i < mv ? s[i * lda + k] : 0.0f;
     }
   } else {
-    // Stored along M: 14 contiguous floats per panel and k. Eight rows of A at a
+    // Stored along M: MR contiguous floats per panel and k. Eight rows of A at a
     // time into every panel: a panel at a time walks K with a stride of lda, a
     // row at a time scatters into all 37 panels at once (both ~3× slower, measured).
     constexpr std::int64_t kRows = 8;
     for (std::int64_t kb = 0; kb < kn; kb += kRows) {
       const std::int64_t ke = std::min(kn, kb + kRows);
-      for (std::int64_t p = 0; p < m; p += kMR) {
-        const __mmask16 rows = low_lanes(int(std::min<std::int64_t>(kMR, m - p)));
+      for (std::int64_t p = 0; p < m; p += MR) {
+        const __mmask16 rows = low_lanes(int(std::min<std::int64_t>(MR, m - p)));
         const float* s = A + k0 * lda + i0 + p;
         float* d = dst + p * kn;
         for (std::int64_t k = kb; k < ke; ++k)
-          _mm512_mask_storeu_ps(d + k * kMR, panel, _mm512_maskz_loadu_ps(rows, s + k * lda));
+          _mm512_mask_storeu_ps(d + k * MR, panel, _mm512_maskz_loadu_ps(rows, s + k * lda));
       }
     }
   }
