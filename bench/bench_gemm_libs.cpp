@@ -50,7 +50,7 @@ struct Lib {
 };
 
 // ---- normlab: cpu::gemm as built (its engine: cpu::kFloatGemmEngine), and
-// the Eigen-kernel path it replaces when OpenBLAS is there.
+// the Eigen-kernel path it replaces when a faster engine is there.
 template <bool kEigen>
 void normlab_gemm(const Shape& s, const float* A, const float* B, float* C) {
   using namespace normlab::cpu;
@@ -91,11 +91,36 @@ void* open_lib(const char* path) {
 std::vector<Lib> load_libs() {
   std::vector<Lib> libs;
   libs.push_back({"normlab cpu::gemm", normlab_gemm<false>});
-#ifdef NORMLAB_HAVE_OPENBLAS
+#if defined(NORMLAB_HAVE_OPENBLAS) || defined(NORMLAB_HAVE_SGEMM_AVX512)
   libs.push_back({"normlab, Eigen kernels", normlab_gemm<true>});
 #endif
   if (void* h = open_lib("/usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so.0")) {
     auto f = reinterpret_cast<cblas_sgemm_t>(dlsym(h, "cblas_sgemm"));
+#ifdef NORMLAB_HAVE_SGEMM_AVX512
+    // Change 17's engine, the one the AVX-512 kernels replaced: cpu::gemm's pieces
+    // (≥ 512 rows or columns, multiples of 16, handed out dynamically), each one
+    // serial OpenBLAS product (inside the region OpenBLAS does not thread itself).
+    if (f)
+      libs.push_back({"OpenBLAS serial, normlab pieces", [f](const Shape& s, const float* A, const float* B, float* C) {
+                        const int ta = s.form == Form::TN ? CblasTrans : CblasNoTrans;
+                        const int tb = s.form == Form::NT ? CblasTrans : CblasNoTrans;
+                        const std::int64_t lda = s.form == Form::TN ? s.M : s.K;
+                        const std::int64_t ldb = s.form == Form::NT ? s.K : s.N;
+                        const bool rows = s.M >= s.N;
+                        const std::int64_t len = rows ? s.M : s.N;
+                        const std::int64_t pieces = std::clamp<std::int64_t>(len / 512, 2, 8);
+                        const std::int64_t step = ((len + pieces - 1) / pieces + 15) / 16 * 16;
+                        const std::int64_t count = (len + step - 1) / step;
+#pragma omp parallel for schedule(dynamic, 1)
+                        for (std::int64_t p = 0; p < count; ++p) {
+                          const std::int64_t b = p * step, n = std::min(step, len - b);
+                          const float* Ap = rows ? (s.form == Form::TN ? A + b : A + b * lda) : A;
+                          const float* Bp = rows ? B : (s.form == Form::NT ? B + b * ldb : B + b);
+                          f(CblasRowMajor, ta, tb, int(rows ? n : s.M), int(rows ? s.N : n), int(s.K), 1.0f, Ap,
+                            int(lda), Bp, int(ldb), s.accumulate ? 1.0f : 0.0f, rows ? C + b * s.N : C + b, int(s.N));
+                        }
+                      }});
+#endif
     if (f)
       libs.push_back({"OpenBLAS 0.3.21 (openmp)", [f](const Shape& s, const float* A, const float* B, float* C) {
                         const int ta = s.form == Form::TN ? CblasTrans : CblasNoTrans;

@@ -519,12 +519,13 @@ double gemm_error(std::int64_t M, std::int64_t N, std::int64_t K, bool accumulat
 TEST_CASE("gemm: every storage order, ragged and model shapes, accumulate and alpha, against long double", "[gemm]") {
   // Ragged shapes leave partial micro-panels and chunks; the larger ones take
   // the threaded path with several row chunks and K-slabs (the float32 AVX-512
-  // kernels: {300, 200, 700} and {29, 1100, 260} cross their 140-row, 512-column
-  // and 256-deep blocks with partial 14 × 32 tiles). Tolerances: float64
+  // kernels: {300, 200, 700}, {29, 1100, 260} and {1100, 40, 600} cross their
+  // 518-row, 256-column and 512-deep blocks with partial 14 × 32 tiles; 1100 rows
+  // make pieces of 550). Tolerances: float64
   // 1e-12 and float32 1e-4 relative to 1 + |C| (sums of up to 700 unit-variance
   // products; rounding grows like √K·ε·max|partial sum|).
-  const std::int64_t shapes[][3] = {{7, 5, 4},       {16, 5, 3},  {37, 53, 71},
-                                    {300, 200, 700}, {513, 96, 33}, {29, 1100, 260}};
+  const std::int64_t shapes[][3] = {{7, 5, 4},     {16, 5, 3},      {37, 53, 71},    {300, 200, 700},
+                                    {513, 96, 33}, {29, 1100, 260}, {1100, 40, 600}};
   for (const auto& s : shapes) {
     const std::int64_t M = s[0], N = s[1], K = s[2];
     INFO("M " << M << " N " << N << " K " << K);

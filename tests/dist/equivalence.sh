@@ -8,10 +8,11 @@
 # mean, then the mean over ranks), float32 rounding noise of ~1e-7 relative per
 # step. Adam's normalised update keeps it there except through a loss spike:
 # anGPT with --accum 2 spikes to loss 11.8 (gradient norm 207) at steps 6-9 of
-# this run and the difference grows to 1.1e-5 absolute, 9.3e-7 relative, then
-# falls back to 1e-7 by step 13 (measured with the AVX-512 GEMM kernels, docs/perf.md
-# change 22; the other 9 variants and anGPT with --accum 1: <= 5.3e-7 absolute).
-# Gradient norms: bar 1e-5 relative (measured <= 2.5e-6, in the same spike).
+# this run and the difference grows there: to 1.1e-5 absolute (9.3e-7 relative)
+# with the AVX-512 GEMM kernels' first blocking (256-deep K-slabs), to 2.1e-6
+# (2.2e-7 relative) with today's 512-deep slabs (docs/perf.md change 22), back to
+# 1e-7 by step 13; the other 9 variants: <= 8.8e-8 absolute. Gradient norms: bar
+# 1e-5 relative (measured <= 2.5e-6, in the same spike).
 set -euo pipefail
 exe=$1 compare=$2 work=$3
 source "$(dirname "$0")/common.sh"

@@ -304,9 +304,11 @@ void serial_sgemm(std::int64_t M, std::int64_t N, std::int64_t K, const float* A
                   std::int64_t ldb, float* C, std::int64_t ldc, bool accumulate, float alpha) {
 #if defined(NORMLAB_HAVE_SGEMM_AVX512)
 #ifdef NORMLAB_HAVE_OPENBLAS
-  // Attention's 64 × 64 × 64 blocks and other small products: OpenBLAS's
+  // Small products (a tiny model's layers, 64 × 64 × 64 blocks): OpenBLAS's
   // small-matrix kernels skip packing, which would be ~10% of such a product
-  // here (measured: attention forward 1.12× slower at T = 256 on the packing kernels).
+  // here (measured: the generic attention's forward 1.12× slower at T = 256 with
+  // its blocks on the packing kernels; float32 attention now has its own path,
+  // attention_avx512.hpp).
   if (double(M) * double(N) * double(K) <= double(1 << 18))
     return openblas_sgemm<LhsOrder, RhsOrder>(M, N, K, A, lda, B, ldb, C, ldc, accumulate ? 1.0f : 0.0f, alpha);
 #endif

@@ -4,19 +4,20 @@
 //
 // One serial product C(M,N) = alpha·op(A)·op(B) (+ C), row-major C, each
 // operand read row- or column-major, in the classic blocked form: for each
-// block of nc columns and each K-slab of kc, B's slab is packed into panels of
-// kNR = 32 columns (k-major); for each block of mc rows, A's block is packed
-// into panels of kMR = 14 rows (k-major); then a 14 × 32 micro-kernel keeps
-// its C tile in 28 zmm accumulators while it walks the slab (per k: two
-// vector loads of B, 14 broadcasts of A, 28 FMAs). On this project's Zen 4
-// host the micro-kernel alone runs at the cores' FMA peak from L1/L2; packing
-// is vectorized (16 × 16 register transposes for the operands stored along K)
-// so it stays at 2–6% of a product.
+// K-slab of kKC, A's block of kMC rows is packed into panels of kMR = 14 rows
+// (k-major), then for each block of kNC columns B's slab is packed into panels
+// of kNR = 32 columns (k-major), and a 14 × 32 micro-kernel keeps its C tile in
+// 28 zmm accumulators while it walks the slab (per k: two vector loads of B,
+// 14 broadcasts of A, 28 FMAs). On this project's Zen 4 host the micro-kernel
+// alone runs at the cores' FMA peak from L1/L2; packing is vectorized (16 × 16
+// register transposes for the operands stored along K) so it stays at a few %
+// of a product.
 //
 // Why not a library's: OpenBLAS's Cooperlake SGEMM reaches ~83% of a core's
 // FMA peak here, oneDNN's ~95% but it allocates its packing buffers on every
-// call (a step must allocate nothing); this one reaches oneDNN's speed on the
-// step's shapes with buffers the caller owns (see cpu::gemm).
+// call (a step must allocate nothing); this one is 3–21% faster than OpenBLAS
+// at the step's shapes and within 2–15% of oneDNN (ahead on some), with
+// buffers the caller owns (see cpu::gemm).
 //
 // The result depends only on the shape and the operands: the blocking is a
 // constant, every element is summed over the same K-slabs in the same order.
@@ -38,9 +39,13 @@ namespace normlab::cpu::avx512 {
 
 inline constexpr int kMR = 14;               // rows of C per micro-tile: one broadcast each
 inline constexpr int kNR = 32;               // columns of C per micro-tile: two zmm
-inline constexpr std::int64_t kKC = 256;     // K-slab: A's 14 × 256 panel (14 KiB) stays in L1
+// Blocking, measured on this project's Zen 4 (32 KiB L1d, 1 MiB L2 per core):
+// K-slabs of 512 write C once for K ≤ 512 (with slabs of 256 the larger config's
+// 2048 × 4096 × 512 product wrote and re-read its 32 MiB C: 182 against 193
+// GFLOP/s); blocks of 256 columns keep B's slab at 512 KiB in L2.
+inline constexpr std::int64_t kKC = 512;       // K-slab: A's 14 × 512 panel (28 KiB) in L1
 inline constexpr std::int64_t kMC = 37 * kMR;  // rows of A packed per slab: a 512-row piece in one block
-inline constexpr std::int64_t kNC = 512;     // columns of B packed at a time: 256 × 512 (512 KiB) in L2
+inline constexpr std::int64_t kNC = 256;       // columns of B packed at a time: 512 × 256 (512 KiB) in L2
 
 // Floats of packing space one product needs: B's block first (64-byte aligned
 // stores), then A's.
@@ -232,17 +237,19 @@ void sgemm(std::int64_t M, std::int64_t N, std::int64_t K, const float* A, std::
   float* packA = pack + kPackBFloats;
   // Every element of C gets its K-slabs in increasing order whatever the loop
   // order around them: A's block is packed once per slab and block of rows
-  // (one block for the ≤ 512-row pieces cpu::gemm hands out), B's per block of
-  // columns.
+  // (one block for the ≤ 518-row pieces cpu::gemm hands out), B's once per slab
+  // when it fits one block of columns, else per block of rows and columns.
+  const bool one_b_block = N <= kNC;
   for (std::int64_t k0 = 0; k0 < K; k0 += kKC) {
     const std::int64_t kn = std::min(kKC, K - k0);
     const bool add_slab = add || k0 > 0;
+    if (one_b_block) detail::pack_b<kRowB>(packB, B, ldb, k0, kn, 0, N);
     for (std::int64_t i0 = 0; i0 < M; i0 += kMC) {
       const std::int64_t mm = std::min(kMC, M - i0);
       detail::pack_a<kRowA>(packA, A, lda, i0, mm, k0, kn);
       for (std::int64_t j0 = 0; j0 < N; j0 += kNC) {
         const std::int64_t nn = std::min(kNC, N - j0);
-        detail::pack_b<kRowB>(packB, B, ldb, k0, kn, j0, nn);
+        if (!one_b_block) detail::pack_b<kRowB>(packB, B, ldb, k0, kn, j0, nn);
         for (std::int64_t p = 0; p < mm; p += kMR) {
           const int mv = int(std::min<std::int64_t>(kMR, mm - p));
           for (std::int64_t q = 0; q < nn; q += kNR) {
