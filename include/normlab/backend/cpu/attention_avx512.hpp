@@ -37,48 +37,60 @@ using Row = Eigen::Map<Eigen::Array<float, 1, Eigen::Dynamic>>;
 inline std::int64_t round16(std::int64_t n) { return (n + 15) / 16 * 16; }
 inline std::int64_t round_to(std::int64_t n, std::int64_t q) { return (n + q - 1) / q * q; }
 
-// C(nm × nn, ldc) = alpha·Ap·Bp (+ C when add): Ap packed in MR-row panels of
-// depth kn (panel of row p at Ap + p·kn); Bp in 32-column panels whose column j
-// starts at Bp + j·bstride (bstride = kn for a packed slab, or the depth of a
-// longer packed operand when Bp points into it).
 inline void block_product(std::int64_t nm, std::int64_t nn, std::int64_t kn, const float* Ap, const float* Bp,
                           std::int64_t bstride, float* C, std::int64_t ldc, float alpha, bool add) {
-  for (std::int64_t p = 0; p < nm; p += kAttnMR) {
-    const int mv = int(std::min<std::int64_t>(kAttnMR, nm - p));
-    for (std::int64_t q = 0; q < nn; q += kNR) {
-      const int nv = int(std::min<std::int64_t>(kNR, nn - q));
-      if (mv == kAttnMR && nv == kNR)
-        micro_kernel<true, kAttnMR>(kn, Ap + p * kn, Bp + q * bstride, C + p * ldc + q, ldc, alpha, add, mv, nv);
-      else
-        micro_kernel<false, kAttnMR>(kn, Ap + p * kn, Bp + q * bstride, C + p * ldc + q, ldc, alpha, add, mv, nv);
-    }
-  }
+  tile_product<kAttnMR>(nm, nn, kn, Ap, Bp, bstride, C, ldc, alpha, add);
 }
+
+// One head's scratch, carved from one 64-byte-aligned buffer: every region
+// starts on a 16-float boundary (the packed B operands are read with aligned
+// loads). The size the caller allocates and the offsets the kernels use come
+// from the same walk, so they cannot disagree.
+struct ScratchCarver {
+  float* base;
+  std::int64_t used = 0;
+  float* take(std::int64_t n) {
+    float* r = base ? base + used : nullptr;
+    used += round16(n);
+    return r;
+  }
+};
+}  // namespace detail
+
+namespace detail {
+// The forward's scratch regions for one head (scratch == nullptr: sizes only).
+struct ForwardScratch {
+  float *Kc, *Vr, *Qa, *S, *Pa, *O, *m, *l;
+  std::int64_t floats;
+  ForwardScratch(float* scratch, std::int64_t Tn, std::int64_t dk) {
+    const std::int64_t tk = round_to(Tn, kNR), dkr = round_to(dk, kNR);
+    ScratchCarver c{scratch};
+    Kc = c.take(tk * dk);       // Kᵀ as B of S = Q Kᵀ: key j's column at Kc + j·dk
+    Vr = c.take(dkr * Tn);      // V as B of O += P V: depth Tn
+    Qa = c.take(kBlock * dk);   // the query block as A of S
+    S = c.take(kBlock * kBlock);   // scores, then probabilities (nq × kBlock)
+    Pa = c.take(kBlock * kBlock);  // P as A of O += P V
+    O = c.take(kBlock * dk);    // unnormalized output (nq × dk)
+    m = c.take(kBlock);         // running row maxima
+    l = c.take(kBlock);         // running row sums
+    floats = c.used;
+  }
+};
 }  // namespace detail
 
 // Floats of scratch one head needs (64-byte aligned base).
 inline std::int64_t attention_forward_scratch(std::int64_t Tn, std::int64_t dk) {
-  using detail::round16;
-  const std::int64_t tk = detail::round_to(Tn, kNR), dkr = detail::round_to(dk, kNR);
-  return round16(tk * dk) + round16(dkr * Tn) + round16(kBlock * dk) + round16(kBlock * kBlock) +
-         round16(kBlock * kBlock) + round16(kBlock * dk) + 2 * round16(kBlock);
+  return detail::ForwardScratch(nullptr, Tn, dk).floats;
 }
 
 // y, lse of one head: q, k, v, y point at the head's first row (row stride C);
 // lse at the head's T entries.
 inline void attention_head_forward(float* y, float* lse, const float* q, const float* k, const float* v,
                                    std::int64_t Tn, std::int64_t C, std::int64_t dk, float scale, float* scratch) {
-  using detail::round16, detail::Row;
+  using detail::Row;
   constexpr std::int64_t Bk = kBlock;
-  const std::int64_t tk = detail::round_to(Tn, kNR), dkr = detail::round_to(dk, kNR);
-  float* Kc = scratch;                    // Kᵀ as B of S = Q Kᵀ: key j's column at Kc + j·dk
-  float* Vr = Kc + round16(tk * dk);      // V as B of O += P V: depth Tn
-  float* Qa = Vr + round16(dkr * Tn);     // the query block as A of S
-  float* S = Qa + round16(Bk * dk);       // scores, then probabilities (nq × Bk)
-  float* Pa = S + round16(Bk * Bk);       // P as A of O += P V
-  float* O = Pa + round16(Bk * Bk);       // unnormalized output (nq × dk)
-  float* m = O + round16(Bk * dk);        // running row maxima
-  float* l = m + round16(Bk);             // running row sums
+  const detail::ForwardScratch w(scratch, Tn, dk);
+  float *Kc = w.Kc, *Vr = w.Vr, *Qa = w.Qa, *S = w.S, *Pa = w.Pa, *O = w.O, *m = w.m, *l = w.l;
   detail::pack_b<false>(Kc, k, C, 0, dk, 0, Tn);
   detail::pack_b<true>(Vr, v, C, 0, Tn, 0, dk);
   for (std::int64_t i0 = 0; i0 < Tn; i0 += Bk) {
@@ -114,11 +126,33 @@ inline void attention_head_forward(float* y, float* lse, const float* q, const f
   }
 }
 
+namespace detail {
+// The backward's scratch regions for one head (scratch == nullptr: sizes only).
+struct BackwardScratch {
+  float *Kc, *Vc, *Kr, *Qa, *Ya, *Qr, *Yr, *P, *dS, *Pt, *dSa, *dSt;
+  std::int64_t floats;
+  BackwardScratch(float* scratch, std::int64_t Tn, std::int64_t dk) {
+    const std::int64_t tk = round_to(Tn, kNR), dkr = round_to(dk, kNR);
+    ScratchCarver c{scratch};
+    Kc = c.take(tk * dk);          // Kᵀ as B of S = Q Kᵀ
+    Vc = c.take(tk * dk);          // Vᵀ as B of dY Vᵀ
+    Kr = c.take(dkr * Tn);         // K as B of dq += dS K: depth Tn
+    Qa = c.take(kBlock * dk);      // the query block as A of S
+    Ya = c.take(kBlock * dk);      // dY block as A of dY Vᵀ
+    Qr = c.take(dkr * kBlock);     // the query block as B of dk += dSᵀ Q: depth nq
+    Yr = c.take(dkr * kBlock);     // dY block as B of dv += Pᵀ dY
+    P = c.take(kBlock * kBlock);   // probabilities (nq × kBlock)
+    dS = c.take(kBlock * kBlock);  // dY Vᵀ, then dS (nq × kBlock)
+    Pt = c.take(kBlock * kBlock);  // Pᵀ as A
+    dSa = c.take(kBlock * kBlock); // dS as A
+    dSt = c.take(kBlock * kBlock); // dSᵀ as A
+    floats = c.used;
+  }
+};
+}  // namespace detail
+
 inline std::int64_t attention_backward_scratch(std::int64_t Tn, std::int64_t dk) {
-  using detail::round16;
-  const std::int64_t tk = detail::round_to(Tn, kNR), dkr = detail::round_to(dk, kNR);
-  return 2 * round16(tk * dk) + round16(dkr * Tn) + 2 * round16(kBlock * dk) + 2 * round16(dkr * kBlock) +
-         5 * round16(kBlock * kBlock);
+  return detail::BackwardScratch(nullptr, Tn, dk).floats;
 }
 
 // dq, dk, dv of one head, accumulated (+=) into rows of stride C that the caller
@@ -127,21 +161,11 @@ inline std::int64_t attention_backward_scratch(std::int64_t Tn, std::int64_t dk)
 inline void attention_head_backward(float* dq, float* dk_, float* dv, const float* dy, const float* D,
                                     const float* lse, const float* q, const float* k, const float* v, std::int64_t Tn,
                                     std::int64_t C, std::int64_t dk, float scale, float* scratch) {
-  using detail::round16, detail::Row;
+  using detail::Row;
   constexpr std::int64_t Bk = kBlock;
-  const std::int64_t tk = detail::round_to(Tn, kNR), dkr = detail::round_to(dk, kNR);
-  float* Kc = scratch;                  // Kᵀ as B of S = Q Kᵀ
-  float* Vc = Kc + round16(tk * dk);    // Vᵀ as B of dY Vᵀ
-  float* Kr = Vc + round16(tk * dk);    // K as B of dq += dS K: depth Tn
-  float* Qa = Kr + round16(dkr * Tn);   // the query block as A of S
-  float* Ya = Qa + round16(Bk * dk);    // dY block as A of dY Vᵀ
-  float* Qr = Ya + round16(Bk * dk);    // the query block as B of dk += dSᵀ Q: depth nq
-  float* Yr = Qr + round16(dkr * Bk);   // dY block as B of dv += Pᵀ dY
-  float* P = Yr + round16(dkr * Bk);    // probabilities (nq × Bk)
-  float* dS = P + round16(Bk * Bk);     // dY Vᵀ, then dS (nq × Bk)
-  float* Pt = dS + round16(Bk * Bk);    // Pᵀ as A
-  float* dSa = Pt + round16(Bk * Bk);   // dS as A
-  float* dSt = dSa + round16(Bk * Bk);  // dSᵀ as A
+  const detail::BackwardScratch w(scratch, Tn, dk);
+  float *Kc = w.Kc, *Vc = w.Vc, *Kr = w.Kr, *Qa = w.Qa, *Ya = w.Ya, *Qr = w.Qr, *Yr = w.Yr, *P = w.P, *dS = w.dS,
+        *Pt = w.Pt, *dSa = w.dSa, *dSt = w.dSt;
   detail::pack_b<false>(Kc, k, C, 0, dk, 0, Tn);
   detail::pack_b<false>(Vc, v, C, 0, dk, 0, Tn);
   detail::pack_b<true>(Kr, k, C, 0, Tn, 0, dk);

@@ -223,6 +223,25 @@ inline void pack_b(float* dst, const float* B, std::int64_t ldb, std::int64_t k0
   }
 }
 
+// C(nm × nn, ldc) = alpha·Ap·Bp (+ C when add), tile by tile: Ap packed in
+// MR-row panels of depth kn (panel of row p at Ap + p·kn); Bp in 32-column panels,
+// the panel of column j at Bp + j·bstride (bstride = kn for a packed slab, or the
+// depth of a longer packed operand when Bp points into it, as attention's do).
+template <int MR>
+inline void tile_product(std::int64_t nm, std::int64_t nn, std::int64_t kn, const float* Ap, const float* Bp,
+                         std::int64_t bstride, float* C, std::int64_t ldc, float alpha, bool add) {
+  for (std::int64_t p = 0; p < nm; p += MR) {
+    const int mv = int(std::min<std::int64_t>(MR, nm - p));
+    for (std::int64_t q = 0; q < nn; q += kNR) {
+      const int nv = int(std::min<std::int64_t>(kNR, nn - q));
+      if (mv == MR && nv == kNR)
+        micro_kernel<true, MR>(kn, Ap + p * kn, Bp + q * bstride, C + p * ldc + q, ldc, alpha, add, mv, nv);
+      else
+        micro_kernel<false, MR>(kn, Ap + p * kn, Bp + q * bstride, C + p * ldc + q, ldc, alpha, add, mv, nv);
+    }
+  }
+}
+
 }  // namespace detail
 
 // C(M,N) (row-major, ldc) = alpha · op(A)·op(B), plus C when `add`; on the
@@ -250,17 +269,7 @@ void sgemm(std::int64_t M, std::int64_t N, std::int64_t K, const float* A, std::
       for (std::int64_t j0 = 0; j0 < N; j0 += kNC) {
         const std::int64_t nn = std::min(kNC, N - j0);
         if (!one_b_block) detail::pack_b<kRowB>(packB, B, ldb, k0, kn, j0, nn);
-        for (std::int64_t p = 0; p < mm; p += kMR) {
-          const int mv = int(std::min<std::int64_t>(kMR, mm - p));
-          for (std::int64_t q = 0; q < nn; q += kNR) {
-            const int nv = int(std::min<std::int64_t>(kNR, nn - q));
-            float* c = C + (i0 + p) * ldc + j0 + q;
-            if (mv == kMR && nv == kNR)
-              detail::micro_kernel<true>(kn, packA + p * kn, packB + q * kn, c, ldc, alpha, add_slab, mv, nv);
-            else
-              detail::micro_kernel<false>(kn, packA + p * kn, packB + q * kn, c, ldc, alpha, add_slab, mv, nv);
-          }
-        }
+        detail::tile_product<kMR>(mm, nn, kn, packA, packB, kn, C + i0 * ldc + j0, ldc, alpha, add_slab);
       }
     }
   }
