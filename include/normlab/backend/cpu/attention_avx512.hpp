@@ -42,6 +42,62 @@ inline void block_product(std::int64_t nm, std::int64_t nn, std::int64_t kn, con
   tile_product<kAttnMR>(nm, nn, kn, Ap, Bp, bstride, C, ldc, alpha, add);
 }
 
+// The diagonal block pairs (query block = key block; relative key c visible to
+// relative query r iff c ≤ r) skip what the causal mask discards. At T = 256
+// four of the ten block pairs are diagonal, and each computed ~40% that it then
+// threw away (docs/perf.md change 25).
+
+// One 8 × 32 micro-tile (mv × nv of it kept) over depth kn.
+inline void attention_tile(std::int64_t kn, const float* a, const float* b, float* c, std::int64_t ldc, float alpha,
+                           bool add, int mv, int nv) {
+  if (mv == kAttnMR && nv == kNR)
+    micro_kernel<true, kAttnMR>(kn, a, b, c, ldc, alpha, add, mv, nv);
+  else
+    micro_kernel<false, kAttnMR>(kn, a, b, c, ldc, alpha, add, mv, nv);
+}
+
+// S = alpha·Ap·Bp of a diagonal block: micro-tiles whose every column lies past
+// every row are skipped; those scores are masked out and never read.
+inline void diagonal_scores(std::int64_t nm, std::int64_t nn, std::int64_t kn, const float* Ap, const float* Bp,
+                            std::int64_t bstride, float* C, std::int64_t ldc, float alpha) {
+  for (std::int64_t p = 0; p < nm; p += kAttnMR) {
+    const int mv = int(std::min<std::int64_t>(kAttnMR, nm - p));
+    for (std::int64_t q = 0; q < nn && q < p + mv; q += kNR)
+      attention_tile(kn, Ap + p * kn, Bp + q * bstride, C + p * ldc + q, ldc, alpha, false, mv,
+                     int(std::min<std::int64_t>(kNR, nn - q)));
+  }
+}
+
+// C = Ap·Bp (+ C when add) where A(row, k) = 0 unless k ≤ row (P or dS of a
+// diagonal block, as the A of O += P V and dq += dS K): row panel p stops at
+// depth p + 8. Only zero products are left out, ones that came last: the sums
+// keep their values.
+inline void diagonal_lower_product(std::int64_t nm, std::int64_t nn, std::int64_t kn, const float* Ap,
+                                   const float* Bp, std::int64_t bstride, float* C, std::int64_t ldc, bool add) {
+  for (std::int64_t p = 0; p < nm; p += kAttnMR) {
+    const int mv = int(std::min<std::int64_t>(kAttnMR, nm - p));
+    const std::int64_t depth = std::min<std::int64_t>(kn, p + kAttnMR);
+    for (std::int64_t q = 0; q < nn; q += kNR)
+      attention_tile(depth, Ap + p * kn, Bp + q * bstride, C + p * ldc + q, ldc, 1.0f, add, mv,
+                     int(std::min<std::int64_t>(kNR, nn - q)));
+  }
+}
+
+// C = Ap·Bp (+ C when add) where A(row, k) = 0 unless k ≥ row (Pᵀ or dSᵀ of a
+// diagonal block, as the A of dv += Pᵀ dY and dk += dSᵀ Q): row panel p starts
+// at depth p. The products left out are zeros that came first: the sums keep
+// their values.
+inline void diagonal_upper_product(std::int64_t nm, std::int64_t nn, std::int64_t kn, const float* Ap,
+                                   const float* Bp, std::int64_t bstride, float* C, std::int64_t ldc, bool add) {
+  for (std::int64_t p = 0; p < nm; p += kAttnMR) {
+    const int mv = int(std::min<std::int64_t>(kAttnMR, nm - p));
+    const std::int64_t k0 = std::min(p, kn);  // k0 = kn: a product of depth 0, zeros (written when !add)
+    for (std::int64_t q = 0; q < nn; q += kNR)
+      attention_tile(kn - k0, Ap + p * kn + k0 * kAttnMR, Bp + q * bstride + k0 * kNR, C + p * ldc + q, ldc, 1.0f,
+                     add, mv, int(std::min<std::int64_t>(kNR, nn - q)));
+  }
+}
+
 // One head's scratch, carved from one 64-byte-aligned buffer: every region
 // starts on a 16-float boundary (the packed B operands are read with aligned
 // loads). The size the caller allocates and the offsets the kernels use come
@@ -101,13 +157,21 @@ inline void attention_head_forward(float* y, float* lse, const float* q, const f
     std::fill_n(l, nq, 0.0f);
     for (std::int64_t j0 = 0; j0 < i0 + nq; j0 += Bk) {
       const std::int64_t nk = std::min({Bk, Tn - j0, i0 + nq - j0});
-      detail::block_product(nq, nk, dk, Qa, Kc + j0 * dk, dk, S, Bk, scale, false);
+      const bool diagonal = j0 == i0;
+      if (diagonal)
+        detail::diagonal_scores(nq, nk, dk, Qa, Kc + j0 * dk, dk, S, Bk, scale);
+      else
+        detail::block_product(nq, nk, dk, Qa, Kc + j0 * dk, dk, S, Bk, scale, false);
       // The online softmax exactly as the generic path writes it (Eigen's vectorized exp).
       for (std::int64_t r = 0; r < nq; ++r) {
         const std::int64_t ncol = std::min(nk, i0 + r - j0 + 1);  // keys ≤ this query (≥ 1: j0 ≤ i0)
         Row row(S + r * Bk, ncol);
         const float mx = std::max(m[r], row.maxCoeff());
-        const float corr = std::exp(m[r] - mx);  // 0 on the first block (m = −∞)
+        // exp(m − mx), without a libm call where its value is known: 0 on the
+        // first block (m = −∞), 1 when the maximum stayed (a scalar expf per row
+        // and block was ~7% of the forward at T = 256).
+        const float corr = m[r] == mx ? 1.0f : m[r] == -std::numeric_limits<float>::infinity() ? 0.0f
+                                                                                              : std::exp(m[r] - mx);
         row = (row - mx).exp();
         std::fill(S + r * Bk + ncol, S + r * Bk + nk, 0.0f);
         l[r] = l[r] * corr + row.sum();
@@ -115,7 +179,10 @@ inline void attention_head_forward(float* y, float* lse, const float* q, const f
         m[r] = mx;
       }
       detail::pack_a<true, kAttnMR>(Pa, S, Bk, 0, nq, 0, nk);
-      detail::block_product(nq, dk, nk, Pa, Vr + j0 * kNR, Tn, O, dk, 1.0f, true);
+      if (diagonal)
+        detail::diagonal_lower_product(nq, dk, nk, Pa, Vr + j0 * kNR, Tn, O, dk, true);
+      else
+        detail::block_product(nq, dk, nk, Pa, Vr + j0 * kNR, Tn, O, dk, 1.0f, true);
     }
     for (std::int64_t r = 0; r < nq; ++r) {
       const float inv = 1.0f / l[r];
@@ -155,8 +222,8 @@ inline std::int64_t attention_backward_scratch(std::int64_t Tn, std::int64_t dk)
   return detail::BackwardScratch(nullptr, Tn, dk).floats;
 }
 
-// dq, dk, dv of one head, accumulated (+=) into rows of stride C that the caller
-// zeroed; D: the head's rowsum(dY ⊙ Y), T entries. With P recomputed from lse:
+// dq, dk, dv of one head, written into rows of stride C; D: the head's
+// rowsum(dY ⊙ Y), T entries. With P recomputed from lse:
 // dS = scale·P ⊙ (dY Vᵀ − D); dq += dS K; dk += dSᵀ Q; dv += Pᵀ dY.
 inline void attention_head_backward(float* dq, float* dk_, float* dv, const float* dy, const float* D,
                                     const float* lse, const float* q, const float* k, const float* v, std::int64_t Tn,
@@ -177,8 +244,14 @@ inline void attention_head_backward(float* dq, float* dk_, float* dv, const floa
     detail::pack_b<true>(Yr, dy, C, i0, nq, 0, dk);
     for (std::int64_t j0 = 0; j0 < i0 + nq; j0 += Bk) {
       const std::int64_t nk = std::min({Bk, Tn - j0, i0 + nq - j0});
-      detail::block_product(nq, nk, dk, Qa, Kc + j0 * dk, dk, P, Bk, scale, false);
-      detail::block_product(nq, nk, dk, Ya, Vc + j0 * dk, dk, dS, Bk, 1.0f, false);
+      const bool diagonal = j0 == i0;
+      if (diagonal) {
+        detail::diagonal_scores(nq, nk, dk, Qa, Kc + j0 * dk, dk, P, Bk, scale);
+        detail::diagonal_scores(nq, nk, dk, Ya, Vc + j0 * dk, dk, dS, Bk, 1.0f);
+      } else {
+        detail::block_product(nq, nk, dk, Qa, Kc + j0 * dk, dk, P, Bk, scale, false);
+        detail::block_product(nq, nk, dk, Ya, Vc + j0 * dk, dk, dS, Bk, 1.0f, false);
+      }
       for (std::int64_t r = 0; r < nq; ++r) {
         const std::int64_t ncol = std::min(nk, i0 + r - j0 + 1);
         Row p(P + r * Bk, ncol), ds(dS + r * Bk, ncol);
@@ -188,11 +261,21 @@ inline void attention_head_backward(float* dq, float* dk_, float* dv, const floa
         std::fill(dS + r * Bk + ncol, dS + r * Bk + nk, 0.0f);
       }
       detail::pack_a<false, kAttnMR>(Pt, P, Bk, 0, nk, 0, nq);
-      detail::block_product(nk, dk, nq, Pt, Yr, nq, dv + j0 * C, C, 1.0f, true);
       detail::pack_a<true, kAttnMR>(dSa, dS, Bk, 0, nq, 0, nk);
-      detail::block_product(nq, dk, nk, dSa, Kr + j0 * kNR, Tn, dq + i0 * C, C, 1.0f, true);
       detail::pack_a<false, kAttnMR>(dSt, dS, Bk, 0, nk, 0, nq);
-      detail::block_product(nk, dk, nq, dSt, Qr, nq, dk_ + j0 * C, C, 1.0f, true);
+      // Each output row block is written by its first product and added to by the
+      // rest: dq's block i0 first meets key block 0, and key block j0 first meets
+      // query block j0 (its diagonal), so nothing is zeroed beforehand.
+      const bool add_dq = j0 > 0;
+      if (diagonal) {
+        detail::diagonal_upper_product(nk, dk, nq, Pt, Yr, nq, dv + j0 * C, C, false);
+        detail::diagonal_lower_product(nq, dk, nk, dSa, Kr + j0 * kNR, Tn, dq + i0 * C, C, add_dq);
+        detail::diagonal_upper_product(nk, dk, nq, dSt, Qr, nq, dk_ + j0 * C, C, false);
+      } else {
+        detail::block_product(nk, dk, nq, Pt, Yr, nq, dv + j0 * C, C, 1.0f, true);
+        detail::block_product(nq, dk, nk, dSa, Kr + j0 * kNR, Tn, dq + i0 * C, C, 1.0f, add_dq);
+        detail::block_product(nk, dk, nq, dSt, Qr, nq, dk_ + j0 * C, C, 1.0f, true);
+      }
     }
   }
 }

@@ -660,15 +660,11 @@ void attention_backward(T* dq, T* dk_, T* dv, const T* dy, const T* y, const T* 
                         const T* v, std::int64_t B, std::int64_t Tn, std::int64_t H, std::int64_t dk, T scale) {
   constexpr std::int64_t Bk = kAttnBlock;
   const std::int64_t C = H * dk;
-  // Both paths start a head the same way: D = rowsum(dY ⊙ Y) and the head's
-  // columns of dq, dk, dv zeroed (they are accumulated into).
-  auto head_start = [&](T* D, std::int64_t off) {
-    for (std::int64_t t = 0; t < Tn; ++t) {
-      D[t] = lane_dot(dy + off + t * C, y + off + t * C, dk);
-      std::fill_n(dq + off + t * C, dk, T(0));
-      std::fill_n(dk_ + off + t * C, dk, T(0));
-      std::fill_n(dv + off + t * C, dk, T(0));
-    }
+  // Both paths start a head with D = rowsum(dY ⊙ Y); the generic one also zeroes
+  // the head's columns of dq, dk, dv (it accumulates into them; the AVX-512
+  // path writes each row block with its first product instead).
+  auto head_rowsums = [&](T* D, std::int64_t off) {
+    for (std::int64_t t = 0; t < Tn; ++t) D[t] = lane_dot(dy + off + t * C, y + off + t * C, dk);
   };
 #if defined(NORMLAB_HAVE_ATTENTION_AVX512)
   if constexpr (std::is_same_v<T, float>) {
@@ -677,7 +673,7 @@ void attention_backward(T* dq, T* dk_, T* dv, const T* dy, const T* y, const T* 
       const std::int64_t head = avx512::attention_backward_scratch(Tn, dk);
       float* scratch = detail::thread_scratch<float, detail::kAttention>(std::size_t(head + Tn));
       float* D = scratch + head;
-      head_start(D, off);
+      head_rowsums(D, off);
       avx512::attention_head_backward(dq + off, dk_ + off, dv + off, dy + off, D, lse + bh * Tn, q + off, k + off,
                                       v + off, Tn, C, dk, scale, scratch);
     });
@@ -689,7 +685,12 @@ void attention_backward(T* dq, T* dk_, T* dv, const T* dy, const T* y, const T* 
     T* Pm = detail::thread_scratch<T, detail::kAttention>(std::size_t(2 * Bk * Bk + Tn));
     T* dS = Pm + Bk * Bk;
     T* D = dS + Bk * Bk;
-    head_start(D, off);
+    head_rowsums(D, off);
+    for (std::int64_t t = 0; t < Tn; ++t) {
+      std::fill_n(dq + off + t * C, dk, T(0));
+      std::fill_n(dk_ + off + t * C, dk, T(0));
+      std::fill_n(dv + off + t * C, dk, T(0));
+    }
     for (std::int64_t i0 = 0; i0 < Tn; i0 += Bk) {
       const std::int64_t nq = std::min(Bk, Tn - i0);
       const T* Qi = q + off + i0 * C;
