@@ -37,64 +37,51 @@ using Row = Eigen::Map<Eigen::Array<float, 1, Eigen::Dynamic>>;
 inline std::int64_t round16(std::int64_t n) { return (n + 15) / 16 * 16; }
 inline std::int64_t round_to(std::int64_t n, std::int64_t q) { return (n + q - 1) / q * q; }
 
-inline void block_product(std::int64_t nm, std::int64_t nn, std::int64_t kn, const float* Ap, const float* Bp,
-                          std::int64_t bstride, float* C, std::int64_t ldc, float alpha, bool add) {
-  tile_product<kAttnMR>(nm, nn, kn, Ap, Bp, bstride, C, ldc, alpha, add);
-}
+// The block products of one (query block, key block) pair. On a diagonal pair
+// (query block = key block; relative key c visible to relative query r iff
+// c ≤ r) they skip what the causal mask discards: at T = 256 four of the ten
+// block pairs are diagonal, and each computed ~40% that it then threw away
+// (docs/perf.md change 25). Off the diagonal they are plain tile products.
 
-// The diagonal block pairs (query block = key block; relative key c visible to
-// relative query r iff c ≤ r) skip what the causal mask discards. At T = 256
-// four of the ten block pairs are diagonal, and each computed ~40% that it then
-// threw away (docs/perf.md change 25).
-
-// One 8 × 32 micro-tile (mv × nv of it kept) over depth kn.
-inline void attention_tile(std::int64_t kn, const float* a, const float* b, float* c, std::int64_t ldc, float alpha,
-                           bool add, int mv, int nv) {
-  if (mv == kAttnMR && nv == kNR)
-    micro_kernel<true, kAttnMR>(kn, a, b, c, ldc, alpha, add, mv, nv);
-  else
-    micro_kernel<false, kAttnMR>(kn, a, b, c, ldc, alpha, add, mv, nv);
-}
-
-// S = alpha·Ap·Bp of a diagonal block: micro-tiles whose every column lies past
-// every row are skipped; those scores are masked out and never read.
-inline void diagonal_scores(std::int64_t nm, std::int64_t nn, std::int64_t kn, const float* Ap, const float* Bp,
-                            std::int64_t bstride, float* C, std::int64_t ldc, float alpha) {
+// S = alpha·Ap·Bp. Diagonal: micro-tiles whose every column lies past every row
+// are skipped; those scores are masked out and never read.
+inline void score_product(std::int64_t nm, std::int64_t nn, std::int64_t kn, const float* Ap, const float* Bp,
+                          std::int64_t bstride, float* C, std::int64_t ldc, float alpha, bool diagonal) {
   for (std::int64_t p = 0; p < nm; p += kAttnMR) {
     const int mv = int(std::min<std::int64_t>(kAttnMR, nm - p));
-    for (std::int64_t q = 0; q < nn && q < p + mv; q += kNR)
-      attention_tile(kn, Ap + p * kn, Bp + q * bstride, C + p * ldc + q, ldc, alpha, false, mv,
-                     int(std::min<std::int64_t>(kNR, nn - q)));
+    const std::int64_t columns = diagonal ? std::min(nn, p + mv) : nn;
+    for (std::int64_t q = 0; q < columns; q += kNR)
+      tile<kAttnMR>(kn, Ap + p * kn, Bp + q * bstride, C + p * ldc + q, ldc, alpha, false, mv,
+                    int(std::min<std::int64_t>(kNR, nn - q)));
   }
 }
 
-// C = Ap·Bp (+ C when add) where A(row, k) = 0 unless k ≤ row (P or dS of a
-// diagonal block, as the A of O += P V and dq += dS K): row panel p stops at
-// depth p + 8. Only zero products are left out, ones that came last: the sums
-// keep their values.
-inline void diagonal_lower_product(std::int64_t nm, std::int64_t nn, std::int64_t kn, const float* Ap,
-                                   const float* Bp, std::int64_t bstride, float* C, std::int64_t ldc, bool add) {
+// C = Ap·Bp (+ C when add), A being P or dS (the A of O += P V and dq += dS K).
+// Diagonal: A(row, k) = 0 unless k ≤ row, so row panel p stops at depth p + 8.
+// Only zero products are left out, ones that came last: the sums keep their values.
+inline void lower_product(std::int64_t nm, std::int64_t nn, std::int64_t kn, const float* Ap, const float* Bp,
+                          std::int64_t bstride, float* C, std::int64_t ldc, bool add, bool diagonal) {
   for (std::int64_t p = 0; p < nm; p += kAttnMR) {
     const int mv = int(std::min<std::int64_t>(kAttnMR, nm - p));
-    const std::int64_t depth = std::min<std::int64_t>(kn, p + kAttnMR);
+    const std::int64_t depth = diagonal ? std::min<std::int64_t>(kn, p + kAttnMR) : kn;
     for (std::int64_t q = 0; q < nn; q += kNR)
-      attention_tile(depth, Ap + p * kn, Bp + q * bstride, C + p * ldc + q, ldc, 1.0f, add, mv,
-                     int(std::min<std::int64_t>(kNR, nn - q)));
+      tile<kAttnMR>(depth, Ap + p * kn, Bp + q * bstride, C + p * ldc + q, ldc, 1.0f, add, mv,
+                    int(std::min<std::int64_t>(kNR, nn - q)));
   }
 }
 
-// C = Ap·Bp (+ C when add) where A(row, k) = 0 unless k ≥ row (Pᵀ or dSᵀ of a
-// diagonal block, as the A of dv += Pᵀ dY and dk += dSᵀ Q): row panel p starts
-// at depth p. The products left out are zeros that came first: the sums keep
-// their values.
-inline void diagonal_upper_product(std::int64_t nm, std::int64_t nn, std::int64_t kn, const float* Ap,
-                                   const float* Bp, std::int64_t bstride, float* C, std::int64_t ldc, bool add) {
+// C = Ap·Bp (+ C when add), A being Pᵀ or dSᵀ (the A of dv += Pᵀ dY and
+// dk += dSᵀ Q). Diagonal: A(row, k) = 0 unless k ≥ row, so row panel p starts at
+// depth p. The products left out are zeros that came first: the sums keep their values.
+inline void upper_product(std::int64_t nm, std::int64_t nn, std::int64_t kn, const float* Ap, const float* Bp,
+                          std::int64_t bstride, float* C, std::int64_t ldc, bool add, bool diagonal) {
   for (std::int64_t p = 0; p < nm; p += kAttnMR) {
     const int mv = int(std::min<std::int64_t>(kAttnMR, nm - p));
-    const std::int64_t k0 = std::min(p, kn);  // k0 = kn: a product of depth 0, zeros (written when !add)
+    // k0 = kn: a product of depth 0, zeros (written when !add)
+    const std::int64_t k0 = diagonal ? std::min(p, kn) : 0;
     for (std::int64_t q = 0; q < nn; q += kNR)
-      attention_tile(kn - k0, Ap + p * kn + k0 * kAttnMR, Bp + q * bstride + k0 * kNR, C + p * ldc + q, ldc, 1.0f,
-                     add, mv, int(std::min<std::int64_t>(kNR, nn - q)));
+      tile<kAttnMR>(kn - k0, Ap + p * kn + k0 * kAttnMR, Bp + q * bstride + k0 * kNR, C + p * ldc + q, ldc, 1.0f,
+                    add, mv, int(std::min<std::int64_t>(kNR, nn - q)));
   }
 }
 
@@ -158,10 +145,7 @@ inline void attention_head_forward(float* y, float* lse, const float* q, const f
     for (std::int64_t j0 = 0; j0 < i0 + nq; j0 += Bk) {
       const std::int64_t nk = std::min({Bk, Tn - j0, i0 + nq - j0});
       const bool diagonal = j0 == i0;
-      if (diagonal)
-        detail::diagonal_scores(nq, nk, dk, Qa, Kc + j0 * dk, dk, S, Bk, scale);
-      else
-        detail::block_product(nq, nk, dk, Qa, Kc + j0 * dk, dk, S, Bk, scale, false);
+      detail::score_product(nq, nk, dk, Qa, Kc + j0 * dk, dk, S, Bk, scale, diagonal);
       // The online softmax exactly as the generic path writes it (Eigen's vectorized exp).
       for (std::int64_t r = 0; r < nq; ++r) {
         const std::int64_t ncol = std::min(nk, i0 + r - j0 + 1);  // keys ≤ this query (≥ 1: j0 ≤ i0)
@@ -179,10 +163,7 @@ inline void attention_head_forward(float* y, float* lse, const float* q, const f
         m[r] = mx;
       }
       detail::pack_a<true, kAttnMR>(Pa, S, Bk, 0, nq, 0, nk);
-      if (diagonal)
-        detail::diagonal_lower_product(nq, dk, nk, Pa, Vr + j0 * kNR, Tn, O, dk, true);
-      else
-        detail::block_product(nq, dk, nk, Pa, Vr + j0 * kNR, Tn, O, dk, 1.0f, true);
+      detail::lower_product(nq, dk, nk, Pa, Vr + j0 * kNR, Tn, O, dk, true, diagonal);
     }
     for (std::int64_t r = 0; r < nq; ++r) {
       const float inv = 1.0f / l[r];
@@ -245,13 +226,8 @@ inline void attention_head_backward(float* dq, float* dk_, float* dv, const floa
     for (std::int64_t j0 = 0; j0 < i0 + nq; j0 += Bk) {
       const std::int64_t nk = std::min({Bk, Tn - j0, i0 + nq - j0});
       const bool diagonal = j0 == i0;
-      if (diagonal) {
-        detail::diagonal_scores(nq, nk, dk, Qa, Kc + j0 * dk, dk, P, Bk, scale);
-        detail::diagonal_scores(nq, nk, dk, Ya, Vc + j0 * dk, dk, dS, Bk, 1.0f);
-      } else {
-        detail::block_product(nq, nk, dk, Qa, Kc + j0 * dk, dk, P, Bk, scale, false);
-        detail::block_product(nq, nk, dk, Ya, Vc + j0 * dk, dk, dS, Bk, 1.0f, false);
-      }
+      detail::score_product(nq, nk, dk, Qa, Kc + j0 * dk, dk, P, Bk, scale, diagonal);
+      detail::score_product(nq, nk, dk, Ya, Vc + j0 * dk, dk, dS, Bk, 1.0f, diagonal);
       for (std::int64_t r = 0; r < nq; ++r) {
         const std::int64_t ncol = std::min(nk, i0 + r - j0 + 1);
         Row p(P + r * Bk, ncol), ds(dS + r * Bk, ncol);
@@ -266,16 +242,10 @@ inline void attention_head_backward(float* dq, float* dk_, float* dv, const floa
       // Each output row block is written by its first product and added to by the
       // rest: dq's block i0 first meets key block 0, and key block j0 first meets
       // query block j0 (its diagonal), so nothing is zeroed beforehand.
-      const bool add_dq = j0 > 0;
-      if (diagonal) {
-        detail::diagonal_upper_product(nk, dk, nq, Pt, Yr, nq, dv + j0 * C, C, false);
-        detail::diagonal_lower_product(nq, dk, nk, dSa, Kr + j0 * kNR, Tn, dq + i0 * C, C, add_dq);
-        detail::diagonal_upper_product(nk, dk, nq, dSt, Qr, nq, dk_ + j0 * C, C, false);
-      } else {
-        detail::block_product(nk, dk, nq, Pt, Yr, nq, dv + j0 * C, C, 1.0f, true);
-        detail::block_product(nq, dk, nk, dSa, Kr + j0 * kNR, Tn, dq + i0 * C, C, 1.0f, add_dq);
-        detail::block_product(nk, dk, nq, dSt, Qr, nq, dk_ + j0 * C, C, 1.0f, true);
-      }
+      const bool add_dkv = !diagonal, add_dq = j0 > 0;
+      detail::upper_product(nk, dk, nq, Pt, Yr, nq, dv + j0 * C, C, add_dkv, diagonal);
+      detail::lower_product(nq, dk, nk, dSa, Kr + j0 * kNR, Tn, dq + i0 * C, C, add_dq, diagonal);
+      detail::upper_product(nk, dk, nq, dSt, Qr, nq, dk_ + j0 * C, C, add_dkv, diagonal);
     }
   }
 }

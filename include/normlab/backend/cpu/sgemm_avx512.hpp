@@ -223,6 +223,17 @@ inline void pack_b(float* dst, const float* B, std::int64_t ldb, std::int64_t k0
   }
 }
 
+// One micro-tile (mv ≤ MR rows × nv ≤ 32 columns of it kept) over depth kn: the
+// unmasked kernel when the tile is whole.
+template <int MR>
+inline void tile(std::int64_t kn, const float* Ap, const float* Bp, float* C, std::int64_t ldc, float alpha, bool add,
+                 int mv, int nv) {
+  if (mv == MR && nv == kNR)
+    micro_kernel<true, MR>(kn, Ap, Bp, C, ldc, alpha, add, mv, nv);
+  else
+    micro_kernel<false, MR>(kn, Ap, Bp, C, ldc, alpha, add, mv, nv);
+}
+
 // C(nm × nn, ldc) = alpha·Ap·Bp (+ C when add), tile by tile: Ap packed in
 // MR-row panels of depth kn (panel of row p at Ap + p·kn); Bp in 32-column panels,
 // the panel of column j at Bp + j·bstride (bstride = kn for a packed slab, or the
@@ -232,13 +243,9 @@ inline void tile_product(std::int64_t nm, std::int64_t nn, std::int64_t kn, cons
                          std::int64_t bstride, float* C, std::int64_t ldc, float alpha, bool add) {
   for (std::int64_t p = 0; p < nm; p += MR) {
     const int mv = int(std::min<std::int64_t>(MR, nm - p));
-    for (std::int64_t q = 0; q < nn; q += kNR) {
-      const int nv = int(std::min<std::int64_t>(kNR, nn - q));
-      if (mv == MR && nv == kNR)
-        micro_kernel<true, MR>(kn, Ap + p * kn, Bp + q * bstride, C + p * ldc + q, ldc, alpha, add, mv, nv);
-      else
-        micro_kernel<false, MR>(kn, Ap + p * kn, Bp + q * bstride, C + p * ldc + q, ldc, alpha, add, mv, nv);
-    }
+    for (std::int64_t q = 0; q < nn; q += kNR)
+      tile<MR>(kn, Ap + p * kn, Bp + q * bstride, C + p * ldc + q, ldc, alpha, add, mv,
+               int(std::min<std::int64_t>(kNR, nn - q)));
   }
 }
 
