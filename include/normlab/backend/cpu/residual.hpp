@@ -183,55 +183,46 @@ inline constexpr double kSlerpSeriesTheta = 1e-3;
 
 // Per element, with β = 1−α for P (the weight of A) and β = α for Q (of Bf):
 //   g(β,θ) = sin(βθ)/sin θ,  g_θ(β,θ) = (∂g/∂θ)/sin θ,  g_β(β,θ) = θ cos(βθ)/sin θ.
-// Forward computes all six coefficient rows once (vectorized sin/cos through
-// Eigen arrays: one sin and one cos of each of (1−α)θ and αθ), and keeps them
-// for backward, which is then plain arithmetic.
+// Nothing per element is kept between forward and backward: a token's terms
+// (A, Bf and the six coefficient rows) are recomputed from h, f and α by the
+// same function in both, into a per-thread row buffer, so they have the same
+// bits. Keeping them took eight (N, C) arrays per site (128 of the reference
+// config's 367 MiB of activations), written by forward and read back by
+// backward beside separate passes for out·dout and dα; recomputing them costs
+// four vectorized sin/cos per element, less than that traffic did
+// (docs/perf.md, change 26).
 template <class T>
 struct ResidualKernels<ResidualMath::slerp, T> {
   struct Cache {
-    T* A = nullptr;   // (N,C) N(h)
-    T* Bf = nullptr;  // (N,C) N(f)
-    T* nh = nullptr;  // (N)
-    T* nf = nullptr;  // (N)
-    T* nz = nullptr;  // (N) ‖z‖
-    T* th = nullptr;  // (N) θ (clamped)
-    T* clamped = nullptr;  // (N) 1 where θ hit its clamp (no gradient through θ)
-    T* dot = nullptr;      // (N) backward scratch: out·dout
-    T* P = nullptr;        // (N,C) g(1−α, θ)
-    T* Q = nullptr;        // (N,C) g(α, θ)
-    T* Pth = nullptr;      // (N,C) g_θ(1−α, θ)
-    T* Qth = nullptr;      // (N,C) g_θ(α, θ)
-    T* Pb = nullptr;       // (N,C) g_β(1−α, θ)
-    T* Qb = nullptr;       // (N,C) g_β(α, θ)
-    double* dalpha_acc = nullptr;  // (C) backward scratch
+    T* nz = nullptr;               // (N) ‖z‖
+    double* dalpha_acc = nullptr;  // (C) backward's dα, summed in double
     std::vector<double> dalpha_store;
     void bind(Arena<T>& a, std::int64_t N, std::int64_t C) {
-      dot = a.take(N);
-      P = a.take(N * C);
-      Q = a.take(N * C);
-      Pth = a.take(N * C);
-      Qth = a.take(N * C);
-      Pb = a.take(N * C);
-      Qb = a.take(N * C);
+      nz = a.take(N);
       if (!a.counting()) {
         dalpha_store.assign(static_cast<std::size_t>(C), 0.0);
         dalpha_acc = dalpha_store.data();
       }
-      A = a.take(N * C);
-      Bf = a.take(N * C);
-      nh = a.take(N);
-      nf = a.take(N);
-      nz = a.take(N);
-      th = a.take(N);
-      clamped = a.take(N);
     }
   };
 
-  // The six coefficient rows of one token (length C) for angle th.
-  static void coefficients(const Cache& c, std::int64_t i, const T* alpha, std::int64_t C, double th) {
+  // One token's terms, C floats each, side by side in a per-thread buffer
+  // (dz: backward's Nᵀ(out, dout) of the row).
+  struct RowTerms {
+    T *A, *Bf, *P, *Q, *Pth, *Qth, *Pb, *Qb, *dz;
+    T nh, nf;      // ‖h_i‖, ‖f_i‖ (summed in double, rounded once)
+    bool clamped;  // θ hit its clamp: no gradient through θ
+    explicit RowTerms(std::int64_t C) {
+      T* b = detail::thread_scratch<T, detail::kResidualRow>(std::size_t(9 * C));
+      T** rows[9] = {&A, &Bf, &P, &Q, &Pth, &Qth, &Pb, &Qb, &dz};
+      for (int r = 0; r < 9; ++r) *rows[r] = b + r * C;
+    }
+  };
+
+  // The six coefficient rows of one token for angle th.
+  static void coefficients(RowTerms& t, const T* alpha, std::int64_t C, double th) {
     using Row = Eigen::Map<Eigen::Array<T, 1, Eigen::Dynamic>>;
     using CRow = Eigen::Map<const Eigen::Array<T, 1, Eigen::Dynamic>>;
-    const std::int64_t o = i * C;
     if (th < detail::kSlerpSeriesTheta) {
       const double t2 = th * th;
       auto series = [t2](double b, T& g, T& gth, T& gb) {
@@ -241,15 +232,15 @@ struct ResidualKernels<ResidualMath::slerp, T> {
         gb = T(1.0 + (1.0 - 3.0 * b2) * t2 / 6.0);
       };
       for (std::int64_t j = 0; j < C; ++j) {
-        series(1.0 - double(alpha[j]), c.P[o + j], c.Pth[o + j], c.Pb[o + j]);
-        series(double(alpha[j]), c.Q[o + j], c.Qth[o + j], c.Qb[o + j]);
+        series(1.0 - double(alpha[j]), t.P[j], t.Pth[j], t.Pb[j]);
+        series(double(alpha[j]), t.Q[j], t.Qth[j], t.Qb[j]);
       }
       return;
     }
     const T s = T(std::sin(th)), co = T(std::cos(th)), tt = T(th);
     const T inv_s = T(1) / s, inv_s3 = inv_s * inv_s * inv_s;
     CRow a(alpha, C);
-    Row P(c.P + o, C), Q(c.Q + o, C), Pth(c.Pth + o, C), Qth(c.Qth + o, C), Pb(c.Pb + o, C), Qb(c.Qb + o, C);
+    Row P(t.P, C), Q(t.Q, C), Pth(t.Pth, C), Qth(t.Qth, C), Pb(t.Pb, C), Qb(t.Qb, C);
     // sin and cos land in P/Q and Pb/Qb first; every later line is elementwise in place.
     P = ((T(1) - a) * tt).sin();
     Pb = ((T(1) - a) * tt).cos();
@@ -263,41 +254,42 @@ struct ResidualKernels<ResidualMath::slerp, T> {
     Qb *= tt * inv_s;
   }
 
+  // A = N(h_i), Bf = N(f_i), θ and the coefficients of token i.
+  static void row_terms(RowTerms& t, const T* hi, const T* fi, const T* alpha, std::int64_t C) {
+    // The row sums in double, in cpu::lane_sum's fixed order (vectorized).
+    const double nh = std::sqrt(lane_sum<double>(C, [&](std::int64_t j) { return double(hi[j]) * hi[j]; }));
+    const double nf = std::sqrt(lane_sum<double>(C, [&](std::int64_t j) { return double(fi[j]) * fi[j]; }));
+    t.nh = T(nh);
+    t.nf = T(nf);
+    // Times the reciprocal in double: a division per element was a third of the
+    // row's time, and the float result differs only where the double lands
+    // within an ulp or two (of double) of a float rounding boundary.
+    const double inh = 1.0 / nh, inf = 1.0 / nf;
+    for (std::int64_t j = 0; j < C; ++j) {
+      t.A[j] = T(hi[j] * inh);
+      t.Bf[j] = T(fi[j] * inf);
+    }
+    // θ = 2·atan2(‖A − Bf‖, ‖A + Bf‖): accurate at both ends, where acos(A·Bf) loses half the digits.
+    const double sm = lane_sum<double>(C, [&](std::int64_t j) {
+      const double dm = double(t.A[j]) - t.Bf[j];
+      return dm * dm;
+    });
+    const double sp = lane_sum<double>(C, [&](std::int64_t j) {
+      const double dp = double(t.A[j]) + t.Bf[j];
+      return dp * dp;
+    });
+    double th = 2.0 * std::atan2(std::sqrt(sm), std::sqrt(sp));
+    t.clamped = th > detail::kSlerpMaxTheta;
+    if (t.clamped) th = detail::kSlerpMaxTheta;
+    coefficients(t, alpha, C, th);
+  }
+
   static void forward(Cache& c, T* out, const T* h, const T* f, const T* alpha, std::int64_t N, std::int64_t C) {
     parallel_for(N, N * C > kParallelGrain, [&](std::int64_t i) {
-      const T* hi = h + i * C;
-      const T* fi = f + i * C;
-      // The row sums in double, in cpu::lane_sum's fixed order (vectorized).
-      const double sh = lane_sum<double>(C, [&](std::int64_t j) { return double(hi[j]) * hi[j]; });
-      const double sf = lane_sum<double>(C, [&](std::int64_t j) { return double(fi[j]) * fi[j]; });
-      const double nh = std::sqrt(sh), nf = std::sqrt(sf);
-      T* A = c.A + i * C;
-      T* Bf = c.Bf + i * C;
-      // θ = 2·atan2(‖A − Bf‖, ‖A + Bf‖): accurate at both ends, where acos(A·Bf) loses half the digits.
-      for (std::int64_t j = 0; j < C; ++j) {
-        A[j] = T(hi[j] / nh);
-        Bf[j] = T(fi[j] / nf);
-      }
-      const double sm = lane_sum<double>(C, [&](std::int64_t j) {
-        const double dm = double(A[j]) - Bf[j];
-        return dm * dm;
-      });
-      const double sp = lane_sum<double>(C, [&](std::int64_t j) {
-        const double dp = double(A[j]) + Bf[j];
-        return dp * dp;
-      });
-      double th = 2.0 * std::atan2(std::sqrt(sm), std::sqrt(sp));
-      const bool clamp = th > detail::kSlerpMaxTheta;
-      if (clamp) th = detail::kSlerpMaxTheta;
-      c.nh[i] = T(nh);
-      c.nf[i] = T(nf);
-      c.th[i] = T(th);
-      c.clamped[i] = clamp ? T(1) : T(0);
-      coefficients(c, i, alpha, C, th);
+      RowTerms t(C);
+      row_terms(t, h + i * C, f + i * C, alpha, C);
       T* o = out + i * C;
-      const T* Pi = c.P + i * C;
-      const T* Qi = c.Q + i * C;
-      for (std::int64_t j = 0; j < C; ++j) o[j] = Pi[j] * A[j] + Qi[j] * Bf[j];
+      for (std::int64_t j = 0; j < C; ++j) o[j] = t.P[j] * t.A[j] + t.Q[j] * t.Bf[j];
       const double sz = lane_sum<double>(C, [&](std::int64_t j) { return double(o[j]) * o[j]; });
       const T inz = T(1.0 / std::sqrt(sz));
       c.nz[i] = T(std::sqrt(sz));
@@ -307,57 +299,50 @@ struct ResidualKernels<ResidualMath::slerp, T> {
 
   // dz = Nᵀ(out, dout); through z = P A + Q Bf with P = g(1−α,θ), Q = g(α,θ):
   //   dA = dz ⊙ P + du·Bf, dBf = dz ⊙ Q + du·A, with du = −dθ/sin θ
-  //   = −Σ dz ⊙ (P_θ ⊙ A + Q_θ ⊙ Bf); dα = Σ dz ⊙ (−P_β ⊙ A + Q_β ⊙ Bf).
-  static void backward(T* dh, T* df, T* dalpha, const T* dout, const Cache& c, const T* out, const T* /*h*/,
-                       const T* /*f*/, const T* /*alpha*/, std::int64_t N, std::int64_t C) {
-    parallel_for(N, N * C > kParallelGrain, [&](std::int64_t i) {
-      const T* o = out + i * C;
-      const T* g = dout + i * C;
-      c.dot[i] = T(lane_sum<double>(C, [&](std::int64_t j) { return double(o[j]) * g[j]; }));
-    });
-    // dα first (deterministic column reduction, in double), before dh overwrites dout.
+  //   = −Σ dz ⊙ (P_θ ⊙ A + Q_θ ⊙ Bf); dα = Σ dz ⊙ (−P_β ⊙ A + Q_β ⊙ Bf)
+  // (in double, through row_chunk_reduce: independent of the thread count).
+  // One pass over the rows; h and f are read before dh is written (dh may alias dout).
+  static void backward(T* dh, T* df, T* dalpha, const T* dout, const Cache& c, const T* out, const T* h,
+                       const T* f, const T* alpha, std::int64_t N, std::int64_t C) {
     std::fill_n(c.dalpha_acc, C, 0.0);
-    column_reduce(c.dalpha_acc, N, C, [&](std::int64_t i, std::int64_t j) {
-      const std::int64_t k = i * C + j;
-      const double dz = (dout[k] - out[k] * double(c.dot[i])) / c.nz[i];
-      return dz * (-double(c.Pb[k]) * c.A[k] + double(c.Qb[k]) * c.Bf[k]);
-    });
-    for (std::int64_t j = 0; j < C; ++j) dalpha[j] += T(c.dalpha_acc[j]);
-    parallel_for(N, N * C > kParallelGrain, [&](std::int64_t i) {
+    row_chunk_reduce(c.dalpha_acc, N, C, N * C > kParallelGrain, [&](std::int64_t i, ArrayRow<double>& pa) {
       const std::int64_t r = i * C;
+      RowTerms t(C);
+      row_terms(t, h + r, f + r, alpha, C);
       const T* o = out + r;
       const T* g = dout + r;
-      const T* A = c.A + r;
-      const T* Bf = c.Bf + r;
-      const T d = c.dot[i];
+      const T* A = t.A;
+      const T* Bf = t.Bf;
+      const T d = T(lane_sum<double>(C, [&](std::int64_t j) { return double(o[j]) * g[j]; }));
       const T inz = T(1) / c.nz[i];
+      const double dinz = 1.0 / double(c.nz[i]);
+      T* dz = t.dz;
+      for (std::int64_t j = 0; j < C; ++j) {
+        dz[j] = (g[j] - o[j] * d) * inz;
+        pa[j] += (g[j] - o[j] * double(d)) * dinz * (-double(t.Pb[j]) * A[j] + double(t.Qb[j]) * Bf[j]);
+      }
       double du = 0;
-      if (c.clamped[i] == T(0))
-        du = -lane_sum<double>(C, [&](std::int64_t j) {
-          const T dz = (g[j] - o[j] * d) * inz;
-          return double(dz * (c.Pth[r + j] * A[j] + c.Qth[r + j] * Bf[j]));
-        });
+      if (!t.clamped)
+        du = -lane_sum<double>(C, [&](std::int64_t j) { return double(dz[j] * (t.Pth[j] * A[j] + t.Qth[j] * Bf[j])); });
       // dA, dBf, then through the two row normalizations (need A·dA, Bf·dBf).
       const T tdu = T(du);
-      const double sA = lane_sum<double>(C, [&](std::int64_t j) {
-        const T dz = (g[j] - o[j] * d) * inz;
-        return double(A[j] * (dz * c.P[r + j] + tdu * Bf[j]));
-      });
-      const double sB = lane_sum<double>(C, [&](std::int64_t j) {
-        const T dz = (g[j] - o[j] * d) * inz;
-        return double(Bf[j] * (dz * c.Q[r + j] + tdu * A[j]));
-      });
-      const T inh = T(1) / c.nh[i], inf = T(1) / c.nf[i], tsA = T(sA), tsB = T(sB);
+      const double sA = lane_sum<double>(C, [&](std::int64_t j) { return double(A[j] * (dz[j] * t.P[j] + tdu * Bf[j])); });
+      const double sB = lane_sum<double>(C, [&](std::int64_t j) { return double(Bf[j] * (dz[j] * t.Q[j] + tdu * A[j])); });
+      const T inh = T(1) / t.nh, inf = T(1) / t.nf, tsA = T(sA), tsB = T(sB);
       T* dhi = dh + r;
       T* dfi = df + r;
+      // No iteration reads what another writes (dhi and dfi are the caller's, the
+      // rest this thread's row buffer), but with seven streams GCC gives up on
+      // proving it and leaves the loop scalar (measured: half the pass).
+#pragma omp simd
       for (std::int64_t j = 0; j < C; ++j) {
-        const T dz = (g[j] - o[j] * d) * inz;
-        const T dA = dz * c.P[r + j] + tdu * Bf[j];
-        const T dB = dz * c.Q[r + j] + tdu * A[j];
+        const T dA = dz[j] * t.P[j] + tdu * Bf[j];
+        const T dB = dz[j] * t.Q[j] + tdu * A[j];
         dfi[j] = (dB - Bf[j] * tsB) * inf;
-        dhi[j] = (dA - A[j] * tsA) * inh;  // last: dhi may alias g
+        dhi[j] = (dA - A[j] * tsA) * inh;
       }
     });
+    for (std::int64_t j = 0; j < C; ++j) dalpha[j] += T(c.dalpha_acc[j]);
   }
 };
 
