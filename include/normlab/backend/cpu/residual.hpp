@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "normlab/backend/cpu/ops.hpp"
@@ -48,20 +49,30 @@ struct ResidualKernels<ResidualMath::add, T> {
 
 template <class T>
 struct ResidualKernels<ResidualMath::lerp_retract, T> {
+  // Only the row norms are kept: backward recomputes A = h/‖h‖ and Bf = f/‖f‖
+  // from h and f with the same expression (a division is correctly rounded, so
+  // the same bits). Keeping A and Bf cost two (N, C) arrays written per site
+  // that backward read back instead of h and f (docs/perf.md, change 27).
   struct Cache {
-    T* A = nullptr;    // (N,C) N(h)
-    T* Bf = nullptr;   // (N,C) N(f)
-    T* nh = nullptr;   // (N) ‖h‖
-    T* nf = nullptr;   // (N) ‖f‖
-    T* nz = nullptr;   // (N) ‖z‖
+    T* nh = nullptr;  // (N) ‖h‖
+    T* nf = nullptr;  // (N) ‖f‖
+    T* nz = nullptr;  // (N) ‖z‖
     void bind(Arena<T>& a, std::int64_t N, std::int64_t C) {
-      A = a.take(N * C);
-      Bf = a.take(N * C);
+      (void)C;
       nh = a.take(N);
       nf = a.take(N);
       nz = a.take(N);
     }
   };
+
+  // A and Bf of token i, in this thread's two-row buffer.
+  static std::pair<ArrayRow<T>, ArrayRow<T>> normalized(const T* hi, const T* fi, T nh, T nf, std::int64_t C) {
+    T* b = detail::thread_scratch<T, detail::kResidualRow>(std::size_t(2 * C));
+    ArrayRow<T> A(b, C), Bf(b + C, C);
+    A = CArrayRow<T>(hi, C) / nh;
+    Bf = CArrayRow<T>(fi, C) / nf;
+    return {A, Bf};
+  }
 
   // Eigen row maps: the norms and dots vectorize (a scalar float reduction
   // does not, without reassociation).
@@ -70,12 +81,11 @@ struct ResidualKernels<ResidualMath::lerp_retract, T> {
     CArrayRow<T> al(alpha, C);
     parallel_for(N, N * C > kParallelGrain, [&](std::int64_t i) {
       CArrayRow<T> hi(h + i * C, C), fi(f + i * C, C);
-      ArrayRow<T> A(c.A + i * C, C), Bf(c.Bf + i * C, C), o(out + i * C, C);
+      ArrayRow<T> o(out + i * C, C);
       const T nh = std::sqrt(hi.matrix().squaredNorm()), nf = std::sqrt(fi.matrix().squaredNorm());
       c.nh[i] = nh;
       c.nf[i] = nf;
-      A = hi / nh;
-      Bf = fi / nf;
+      auto [A, Bf] = normalized(h + i * C, f + i * C, nh, nf, C);
       o = A + al * (Bf - A);
       const T nz = std::sqrt(o.matrix().squaredNorm());
       c.nz[i] = nz;
@@ -86,11 +96,12 @@ struct ResidualKernels<ResidualMath::lerp_retract, T> {
   // dz = (dout − out (out·dout)) / ‖z‖; dα += Σ_rows dz ⊙ (Bf − A);
   // dh = Nᵀ(A, dz ⊙ (1−α)); df = Nᵀ(Bf, dz ⊙ α). dh may alias dout.
   // One pass over the rows; dα through row_chunk_reduce (independent of the thread count).
-  static void backward(T* dh, T* df, T* dalpha, const T* dout, const Cache& c, const T* out, const T* /*h*/,
-                       const T* /*f*/, const T* alpha, std::int64_t N, std::int64_t C) {
+  static void backward(T* dh, T* df, T* dalpha, const T* dout, const Cache& c, const T* out, const T* h,
+                       const T* f, const T* alpha, std::int64_t N, std::int64_t C) {
     CArrayRow<T> al(alpha, C);
     row_chunk_reduce(dalpha, N, C, N * C > kParallelGrain, [&](std::int64_t i, ArrayRow<T>& pa) {
-      CArrayRow<T> o(out + i * C, C), g(dout + i * C, C), A(c.A + i * C, C), Bf(c.Bf + i * C, C);
+      auto [A, Bf] = normalized(h + i * C, f + i * C, c.nh[i], c.nf[i], C);
+      CArrayRow<T> o(out + i * C, C), g(dout + i * C, C);
       ArrayRow<T> dz(df + i * C, C), dhi(dh + i * C, C);  // dz parked in df
       const T d = o.matrix().dot(g.matrix());
       dz = (g - o * d) / c.nz[i];  // g is not read after this line (dh may alias it)
