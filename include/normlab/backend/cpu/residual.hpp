@@ -57,8 +57,7 @@ struct ResidualKernels<ResidualMath::lerp_retract, T> {
     T* nh = nullptr;  // (N) ‖h‖
     T* nf = nullptr;  // (N) ‖f‖
     T* nz = nullptr;  // (N) ‖z‖
-    void bind(Arena<T>& a, std::int64_t N, std::int64_t C) {
-      (void)C;
+    void bind(Arena<T>& a, std::int64_t N, std::int64_t /*C*/) {
       nh = a.take(N);
       nf = a.take(N);
       nz = a.take(N);
@@ -272,9 +271,9 @@ struct ResidualKernels<ResidualMath::slerp, T> {
     const double nf = std::sqrt(lane_sum<double>(C, [&](std::int64_t j) { return double(fi[j]) * fi[j]; }));
     t.nh = T(nh);
     t.nf = T(nf);
-    // Times the reciprocal in double: a division per element was a third of the
-    // row's time, and the float result differs only where the double lands
-    // within an ulp or two (of double) of a float rounding boundary.
+    // Times the reciprocal in double: the two divisions per element stood out
+    // in the row pass's profile, and the float result differs only where the
+    // double lands within an ulp or two (of double) of a float rounding boundary.
     const double inh = 1.0 / nh, inf = 1.0 / nf;
     for (std::int64_t j = 0; j < C; ++j) {
       t.A[j] = T(hi[j] * inh);
