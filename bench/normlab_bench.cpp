@@ -5,6 +5,7 @@
 //   BM_GemmCeiling        a large float32 GEMM through the same backend: the
 //                          machine's ceiling, measured in the same run
 //   BM_TrainStep/<v>/...   full step (forward, backward, clip, AdamW, constraint)
+//   BM_StepPair/<a>/<b>/.. two variants' steps alternated in one loop: their ratio
 //   BM_<kernel>           per-kernel figures (GB/s or GFLOP/s)
 //
 // FLOPs per token of a step = 6 × (weights in matrix products, LM head
@@ -15,6 +16,8 @@
 #endif
 #include <omp.h>
 
+#include <algorithm>
+#include <chrono>
 #include <random>
 #include <string>
 #include <vector>
@@ -62,34 +65,86 @@ struct ThreadCount {
   ~ThreadCount() { omp_set_num_threads(saved); }
 };
 
+// One variant's model, optimizer and a fixed batch of random tokens, ready to step.
+template <class Tag>
+struct StepRig {
+  using Model = typename Tag::template model<float>;
+  StepConfig c;
+  Model model;
+  AdamW<float> opt;
+  std::vector<std::int64_t> idx, tgt;
+
+  static ModelConfig model_config(const StepConfig& c) {
+    ModelConfig mc;
+    mc.vocab_size = c.V;
+    mc.n_embd = c.d;
+    mc.n_head = c.heads;
+    mc.n_layer = c.layers;
+    return mc;
+  }
+  static AdamWConfig optimizer_config() {
+    AdamWConfig oc;
+    oc.weight_decay = keeps_unit_hidden<typename Model::scheme> ? 0.0 : 0.1;
+    return oc;
+  }
+  explicit StepRig(StepConfig cfg)
+      : c(cfg), model(model_config(cfg), cfg.B, cfg.T), opt((model.init(1), model.params()), optimizer_config()) {
+    idx.resize(std::size_t(c.B * c.T));
+    tgt.resize(idx.size());
+    std::mt19937_64 rng(2);
+    for (std::size_t i = 0; i < idx.size(); ++i) {
+      idx[i] = std::int64_t(rng() % std::uint64_t(c.V));
+      tgt[i] = std::int64_t(rng() % std::uint64_t(c.V));
+    }
+  }
+  float step() { return train_step(model, opt, idx.data(), tgt.data(), c.B, c.T, 1e-3, 1.0).loss; }
+  double flops_per_token() const {
+    return 6.0 * matmul_weights(model) + 6.0 * double(c.layers * c.T * c.d);
+  }
+};
+
 template <class Tag>
 void BM_TrainStep(benchmark::State& state, StepConfig c) {
   const ThreadCount threads(c.threads);
-  using Model = typename Tag::template model<float>;
-  ModelConfig mc;
-  mc.vocab_size = c.V;
-  mc.n_embd = c.d;
-  mc.n_head = c.heads;
-  mc.n_layer = c.layers;
-  Model model(mc, c.B, c.T);
-  model.init(1);
-  AdamWConfig oc;
-  oc.weight_decay = keeps_unit_hidden<typename Model::scheme> ? 0.0 : 0.1;
-  AdamW<float> opt(model.params(), oc);
-  std::vector<std::int64_t> idx(c.B * c.T), tgt(idx.size());
-  std::mt19937_64 rng(2);
-  for (std::size_t i = 0; i < idx.size(); ++i) {
-    idx[i] = std::int64_t(rng() % std::uint64_t(c.V));
-    tgt[i] = std::int64_t(rng() % std::uint64_t(c.V));
-  }
-  for (auto _ : state) {
-    const StepResult r = train_step(model, opt, idx.data(), tgt.data(), c.B, c.T, 1e-3, 1.0);
-    benchmark::DoNotOptimize(r.loss);
-  }
+  StepRig<Tag> rig(c);
+  for (auto _ : state) benchmark::DoNotOptimize(rig.step());
   const double tokens = double(c.B * c.T) * double(state.iterations());
-  const double flops_per_token = 6.0 * matmul_weights(model) + 6.0 * double(c.layers * c.T * c.d);
   state.counters["tokens_per_second"] = benchmark::Counter(tokens, benchmark::Counter::kIsRate);
-  state.counters["gflops"] = benchmark::Counter(tokens * flops_per_token * 1e-9, benchmark::Counter::kIsRate);
+  state.counters["gflops"] = benchmark::Counter(tokens * rig.flops_per_token() * 1e-9, benchmark::Counter::kIsRate);
+}
+
+// Two variants' steps alternated in one loop (A, B, A, B, ...), each step timed
+// on its own: both see the same state of a shared host, step by step, so their
+// ratio is not at the mercy of drift between two benchmarks seconds apart (on
+// the EPYC host, separate BM_TrainStep runs of gpt and ngpt moved by up to 10%
+// between rounds of one run, more than the difference being measured).
+// Counters: each variant's median step (ms) and b_over_a, the ratio of the medians.
+template <class TagA, class TagB>
+void BM_StepPair(benchmark::State& state, StepConfig c) {
+  StepRig<TagA> a(c);
+  StepRig<TagB> b(c);
+  benchmark::DoNotOptimize(a.step());  // first touch of each arena, outside the timings
+  benchmark::DoNotOptimize(b.step());
+  std::vector<double> ta, tb;
+  using clock = std::chrono::steady_clock;
+  for (auto _ : state) {
+    const auto t0 = clock::now();
+    benchmark::DoNotOptimize(a.step());
+    const auto t1 = clock::now();
+    benchmark::DoNotOptimize(b.step());
+    const auto t2 = clock::now();
+    ta.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+    tb.push_back(std::chrono::duration<double, std::milli>(t2 - t1).count());
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const std::size_t n = v.size();
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  };
+  const double ma = median(ta), mb = median(tb);
+  state.counters["a_ms"] = ma;
+  state.counters["b_ms"] = mb;
+  state.counters["b_over_a"] = mb / ma;
 }
 
 // --quick (CI): every benchmark runs once, the train steps at the reference
@@ -380,6 +435,13 @@ int main(int argc, char** argv) {
       break;
     }
   std::apply([](auto... tags) { (register_steps<decltype(tags)>(), ...); }, all_variants{});
+  // ngpt/gpt and angpt/gpt, issue 18's overhead bars, step-interleaved (BM_StepPair).
+  auto pair = [](const char* name, auto fn) {
+    auto* b = benchmark::RegisterBenchmark(name, fn, kReference)->Unit(benchmark::kMillisecond)->UseRealTime();
+    b->Iterations(g_quick ? 1 : 10);
+  };
+  pair("BM_StepPair/gpt/ngpt/reference", BM_StepPair<variants::gpt, variants::ngpt>);
+  pair("BM_StepPair/gpt/angpt/reference", BM_StepPair<variants::gpt, variants::angpt>);
   int n = static_cast<int>(args.size());
   benchmark::Initialize(&n, args.data());
   if (benchmark::ReportUnrecognizedArguments(n, args.data())) return 1;

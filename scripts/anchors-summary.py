@@ -85,6 +85,24 @@ def main():
               f"{one['ms']:.0f} | {one['ms'] / r['ms']:.2f}× | {r['ms'] / gpt_ms:.3f} | "
               f"{r['tokens_per_second']:.0f} | {x} |")
 
+    # The overhead bars measured step by step: BM_StepPair alternates two
+    # variants' steps in one loop, so host drift between benchmarks (seconds
+    # apart in the table above) does not enter their ratio.
+    pairs = {}
+    for path in sorted(glob.glob(os.path.join(out, "normlab-r*.json"))):
+        for b in load(path)[0].get("benchmarks", []):
+            if b["name"].startswith("BM_StepPair/") and "b_over_a" in b:
+                a_v, b_v = b["name"].split("/")[1:3]
+                pairs.setdefault((a_v, b_v), []).append((b["a_ms"], b["b_ms"], b["b_over_a"]))
+    if pairs:
+        print("\n### Overhead step by step (BM_StepPair: the two variants' steps alternated in one loop)\n")
+        print("| ratio | per round | median | a ms | b ms |")
+        print("|---|---|---:|---:|---:|")
+        for (a_v, b_v), rows in pairs.items():
+            per = ", ".join(f"{r[2]:.3f}" for r in rows)
+            print(f"| {b_v}/{a_v} | {per} | {statistics.median(r[2] for r in rows):.3f} | "
+                  f"{statistics.median(r[0] for r in rows):.0f} | {statistics.median(r[1] for r in rows):.0f} |")
+
     # What issue 18's PyTorch bars ask of the whole step, in the units of the ceiling
     # and the peak: the step's FLOPs over the bar's time.
     if best:
