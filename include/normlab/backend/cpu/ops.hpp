@@ -298,6 +298,13 @@ void openblas_sgemm(std::int64_t M, std::int64_t N, std::int64_t K, const float*
 }
 #endif
 
+// The calling thread's scratch for serial_sgemm, allocated now if it is not yet.
+inline void reserve_serial_sgemm_scratch() {
+#if defined(NORMLAB_HAVE_SGEMM_AVX512)
+  thread_scratch<float, kSgemmPack>(std::size_t(avx512::kPackFloats));
+#endif
+}
+
 // One serial float32 product on the calling thread with the build's engine;
 // M, N, K > 0. The AVX-512 kernels pack into this thread's grow-only scratch.
 template <int LhsOrder, int RhsOrder>
@@ -367,8 +374,17 @@ void gemm(std::int64_t M, std::int64_t N, std::int64_t K, const T* A, std::int64
       if (max_threads() == 1) {
         for (std::int64_t p = 0; p < count; ++p) piece(p);  // the same pieces, in turn
       } else {
-#pragma omp parallel for schedule(dynamic, 1)
-        for (std::int64_t p = 0; p < count; ++p) piece(p);
+#pragma omp parallel
+        {
+          // Every thread of the team sets up its packing scratch, piece or no
+          // piece: with pieces handed out dynamically, a thread that got none in
+          // the warm-up steps (descheduled on a busy host) allocated it in a
+          // later step (test_noalloc failed 16 times in 100 beside two busy
+          // processes).
+          detail::reserve_serial_sgemm_scratch();
+#pragma omp for schedule(dynamic, 1)
+          for (std::int64_t p = 0; p < count; ++p) piece(p);
+        }
       }
       return;
     }
