@@ -19,6 +19,9 @@ static_assert(EIGEN_VERSION_AT_LEAST(3, 4, 0),
 #ifdef NORMLAB_HAVE_OPENBLAS
 #include <cblas.h>
 #endif
+#if defined(__AVX__)
+#include <immintrin.h>
+#endif
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -90,6 +93,36 @@ void column_reduce(T* out, std::int64_t N, std::int64_t L, Term&& term) {
 // depends on n alone: not on alignment, the thread count or the caller, so a
 // fused kernel and its unfused parts still agree bit for bit (docs/perf.md,
 // change 20).
+namespace detail {
+// lane_sum's last step: acc[j] += acc[j + w] for w = 8, 4, 2, 1, returning acc[0].
+template <class T>
+T halving_sum16(T* acc) {
+  for (std::int64_t w = 8; w > 0; w /= 2)
+    for (std::int64_t j = 0; j < w; ++j) acc[j] += acc[j + w];
+  return acc[0];
+}
+// The same additions in registers (an addition is commutative, so lo + hi is
+// acc[j] + acc[j + w]: the same bits). GCC compiles the loop above as written,
+// a store and a reload per step with a loop around them: for a head's 64-long
+// dot that tail took most of lane_dot's time (perf, BM_QkNormRope; docs/perf.md,
+// change 29).
+#if defined(__AVX__)
+inline float halving_sum16(float* acc) {
+  const __m256 s8 = _mm256_add_ps(_mm256_loadu_ps(acc), _mm256_loadu_ps(acc + 8));  // w = 8
+  const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+  const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
+}
+inline double halving_sum16(double* acc) {
+  const __m256d lo = _mm256_add_pd(_mm256_loadu_pd(acc), _mm256_loadu_pd(acc + 8));       // w = 8, j < 4
+  const __m256d hi = _mm256_add_pd(_mm256_loadu_pd(acc + 4), _mm256_loadu_pd(acc + 12));  // w = 8, 4 ≤ j < 8
+  const __m256d s4 = _mm256_add_pd(lo, hi);
+  const __m128d s2 = _mm_add_pd(_mm256_castpd256_pd128(s4), _mm256_extractf128_pd(s4, 1));
+  return _mm_cvtsd_f64(_mm_add_sd(s2, _mm_unpackhi_pd(s2, s2)));
+}
+#endif
+}  // namespace detail
+
 template <class T, class Term>
 T lane_sum(std::int64_t n, Term&& term) {
   constexpr std::int64_t kLanes = 16;
@@ -98,9 +131,7 @@ T lane_sum(std::int64_t n, Term&& term) {
   for (; c + kLanes <= n; c += kLanes)
     for (std::int64_t j = 0; j < kLanes; ++j) acc[j] += term(c + j);
   for (std::int64_t j = 0; c + j < n; ++j) acc[j] += term(c + j);
-  for (std::int64_t w = kLanes / 2; w > 0; w /= 2)
-    for (std::int64_t j = 0; j < w; ++j) acc[j] += acc[j + w];
-  return acc[0];
+  return detail::halving_sum16(acc);
 }
 template <class T>
 T lane_dot(const T* a, const T* b, std::int64_t n) {
