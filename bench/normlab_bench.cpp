@@ -87,6 +87,8 @@ struct StepRig {
     oc.weight_decay = keeps_unit_hidden<typename Model::scheme> ? 0.0 : 0.1;
     return oc;
   }
+  // The weights are initialized before the optimizer is built over them (the comma
+  // in opt's initializer), as BM_TrainStep did before StepRig.
   explicit StepRig(StepConfig cfg)
       : c(cfg), model(model_config(cfg), cfg.B, cfg.T), opt((model.init(1), model.params()), optimizer_config()) {
     idx.resize(std::size_t(c.B * c.T));

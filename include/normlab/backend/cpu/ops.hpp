@@ -86,13 +86,6 @@ void column_reduce(T* out, std::int64_t N, std::int64_t L, Term&& term) {
   });
 }
 
-// Σ_{c<n} term(c) in 16 interleaved partial sums (sum j takes c ≡ j mod 16), then
-// the partials added pairwise. A plain `s += …` loop is one serial chain of
-// float additions that the compiler may not reorder (4 cycles an element here);
-// 16 independent sums vectorize without reassociation flags, and the order
-// depends on n alone: not on alignment, the thread count or the caller, so a
-// fused kernel and its unfused parts still agree bit for bit (docs/perf.md,
-// change 20).
 namespace detail {
 // lane_sum's last step: acc[j] += acc[j + w] for w = 8, 4, 2, 1, returning acc[0].
 template <class T>
@@ -123,6 +116,13 @@ inline double halving_sum16(double* acc) {
 #endif
 }  // namespace detail
 
+// Σ_{c<n} term(c) in 16 interleaved partial sums (sum j takes c ≡ j mod 16), then
+// the partials added pairwise. A plain `s += …` loop is one serial chain of
+// float additions that the compiler may not reorder (4 cycles an element here);
+// 16 independent sums vectorize without reassociation flags, and the order
+// depends on n alone: not on alignment, the thread count or the caller, so a
+// fused kernel and its unfused parts still agree bit for bit (docs/perf.md,
+// change 20).
 template <class T, class Term>
 T lane_sum(std::int64_t n, Term&& term) {
   constexpr std::int64_t kLanes = 16;
