@@ -115,12 +115,20 @@ void BM_TrainStep(benchmark::State& state, StepConfig c) {
   state.counters["gflops"] = benchmark::Counter(tokens * rig.flops_per_token() * 1e-9, benchmark::Counter::kIsRate);
 }
 
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 // Two variants' steps alternated in one loop (A, B, A, B, ...), each step timed
 // on its own: both see the same state of a shared host, step by step, so their
 // ratio is not at the mercy of drift between two benchmarks seconds apart (on
 // the EPYC host, separate BM_TrainStep runs of gpt and ngpt moved by up to 10%
 // between rounds of one run, more than the difference being measured).
-// Counters: each variant's median step (ms) and b_over_a, the ratio of the medians.
+// Counters: each variant's median step (ms); b_over_a, the ratio of the medians;
+// b_over_a_paired, the median over pairs of B's step over the A step just
+// before it (a slowdown of the host that lasts a pair cancels in its ratio).
 template <class TagA, class TagB>
 void BM_StepPair(benchmark::State& state, StepConfig c) {
   StepRig<TagA> a(c);
@@ -138,15 +146,53 @@ void BM_StepPair(benchmark::State& state, StepConfig c) {
     ta.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
     tb.push_back(std::chrono::duration<double, std::milli>(t2 - t1).count());
   }
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    const std::size_t n = v.size();
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-  };
   const double ma = median(ta), mb = median(tb);
+  std::vector<double> ratio(ta.size());
+  for (std::size_t i = 0; i < ta.size(); ++i) ratio[i] = tb[i] / ta[i];
   state.counters["a_ms"] = ma;
   state.counters["b_ms"] = mb;
   state.counters["b_over_a"] = mb / ma;
+  state.counters["b_over_a_paired"] = median(ratio);
+}
+
+// One variant's step on one thread and on all threads, alternated in one loop
+// (one, all, one, all, ...), each step timed on its own: the thread-scaling bar
+// measured the way BM_StepPair measures the overhead bars. The separate
+// BM_TrainStep …/reference_1thread run is seconds away from …/reference, and on
+// the EPYC host their ratio moved by more than the bar's margin between rounds.
+// Counters: one_ms, all_ms (median steps); speedup, the ratio of the medians;
+// speedup_paired, the median over pairs of the one-thread step over the
+// all-threads step just after it.
+template <class Tag>
+void BM_ThreadPair(benchmark::State& state, StepConfig c) {
+  const int all = omp_get_max_threads();
+  StepRig<Tag> rig(c);
+  {
+    const ThreadCount one(1);
+    benchmark::DoNotOptimize(rig.step());  // first touch of each thread's scratch, outside the timings
+  }
+  benchmark::DoNotOptimize(rig.step());
+  std::vector<double> t1, tn, ratio;
+  using clock = std::chrono::steady_clock;
+  for (auto _ : state) {
+    clock::time_point t0, t_mid;
+    {
+      const ThreadCount one(1);
+      t0 = clock::now();
+      benchmark::DoNotOptimize(rig.step());
+      t_mid = clock::now();
+    }
+    benchmark::DoNotOptimize(rig.step());
+    const auto t2 = clock::now();
+    t1.push_back(std::chrono::duration<double, std::milli>(t_mid - t0).count());
+    tn.push_back(std::chrono::duration<double, std::milli>(t2 - t_mid).count());
+    ratio.push_back(t1.back() / tn.back());
+  }
+  state.counters["threads"] = all;
+  state.counters["one_ms"] = median(t1);
+  state.counters["all_ms"] = median(tn);
+  state.counters["speedup"] = median(t1) / median(tn);
+  state.counters["speedup_paired"] = median(ratio);
 }
 
 // --quick (CI): every benchmark runs once, the train steps at the reference
@@ -166,6 +212,10 @@ void register_steps() {
       b->MinTime(2.0);
   };
   add("reference", kReference);
+  benchmark::RegisterBenchmark(("BM_ThreadPair/" + n + "/reference").c_str(), BM_ThreadPair<Tag>, kReference)
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime()
+      ->Iterations(g_quick ? 1 : 10);
   if (g_quick) return;
   add("larger", kLarger);
   add("long", kLong);
@@ -440,7 +490,7 @@ int main(int argc, char** argv) {
   // ngpt/gpt and angpt/gpt, issue 18's overhead bars, step-interleaved (BM_StepPair).
   auto pair = [](const char* name, auto fn) {
     auto* b = benchmark::RegisterBenchmark(name, fn, kReference)->Unit(benchmark::kMillisecond)->UseRealTime();
-    b->Iterations(g_quick ? 1 : 10);
+    b->Iterations(g_quick ? 1 : 20);
   };
   pair("BM_StepPair/gpt/ngpt/reference", BM_StepPair<variants::gpt, variants::ngpt>);
   pair("BM_StepPair/gpt/angpt/reference", BM_StepPair<variants::gpt, variants::angpt>);

@@ -93,14 +93,43 @@ def main():
         for b in load(path)[0].get("benchmarks", []):
             if b["name"].startswith("BM_StepPair/") and "b_over_a" in b:
                 a_v, b_v = b["name"].split("/")[1:3]
-                pairs.setdefault((a_v, b_v), []).append((b["a_ms"], b["b_ms"], b["b_over_a"]))
+                pairs.setdefault((a_v, b_v), []).append(
+                    (b["a_ms"], b["b_ms"], b["b_over_a"], b.get("b_over_a_paired", float("nan"))))
     if pairs:
         print("\n### Overhead step by step (BM_StepPair: the two variants' steps alternated in one loop)\n")
-        print("| ratio | per round | median | a ms | b ms |")
-        print("|---|---|---:|---:|---:|")
+        print("Per round: the ratio of the two median steps, and (paired) the median of each B step over "
+              "the A step just before it.\n")
+        print("| ratio | per round | median | paired, per round | paired median | a ms | b ms |")
+        print("|---|---|---:|---|---:|---:|---:|")
         for (a_v, b_v), rows in pairs.items():
             per = ", ".join(f"{r[2]:.3f}" for r in rows)
-            print(f"| {b_v}/{a_v} | {per} | {statistics.median(r[2] for r in rows):.3f} | "
+            paired = ", ".join(f"{r[3]:.3f}" for r in rows)
+            print(f"| {b_v}/{a_v} | {per} | {statistics.median(r[2] for r in rows):.3f} | {paired} | "
+                  f"{statistics.median(r[3] for r in rows):.3f} | "
+                  f"{statistics.median(r[0] for r in rows):.0f} | {statistics.median(r[1] for r in rows):.0f} |")
+
+    # The thread-scaling bar measured step by step: BM_ThreadPair alternates one
+    # variant's step on one thread and on all threads in one loop.
+    scaling = {}
+    for path in sorted(glob.glob(os.path.join(out, "normlab-r*.json"))):
+        for b in load(path)[0].get("benchmarks", []):
+            if b["name"].startswith("BM_ThreadPair/") and "speedup_paired" in b:
+                scaling.setdefault(b["name"].split("/")[1], []).append(
+                    (b["one_ms"], b["all_ms"], b["speedup"], b["speedup_paired"]))
+    if scaling:
+        print("\n### Thread scaling step by step (BM_ThreadPair: one-thread and two-thread steps alternated "
+              "in one loop)\n")
+        print("Per round: (paired) the median of each one-thread step over the two-thread step just after it; "
+              "and the ratio of the two median steps.\n")
+        print("| variant | paired, per round | paired median | ratio of medians, per round | 1 thread ms | "
+              "2 threads ms |")
+        print("|---|---|---:|---|---:|---:|")
+        for v in VARIANTS:
+            rows = scaling.get(v)
+            if not rows:
+                continue
+            print(f"| {v} | {', '.join(f'{r[3]:.2f}' for r in rows)} | "
+                  f"{statistics.median(r[3] for r in rows):.2f}× | {', '.join(f'{r[2]:.2f}' for r in rows)} | "
                   f"{statistics.median(r[0] for r in rows):.0f} | {statistics.median(r[1] for r in rows):.0f} |")
 
     # What issue 18's PyTorch bars ask of the whole step, in the units of the ceiling
