@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -116,6 +117,7 @@ void BM_TrainStep(benchmark::State& state, StepConfig c) {
 }
 
 double median(std::vector<double> v) {
+  if (v.empty()) return std::numeric_limits<double>::quiet_NaN();
   std::sort(v.begin(), v.end());
   const std::size_t n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
@@ -169,9 +171,9 @@ void BM_ThreadPair(benchmark::State& state, StepConfig c) {
   StepRig<Tag> rig(c);
   {
     const ThreadCount one(1);
-    benchmark::DoNotOptimize(rig.step());  // first touch of each thread's scratch, outside the timings
+    benchmark::DoNotOptimize(rig.step());
   }
-  benchmark::DoNotOptimize(rig.step());
+  benchmark::DoNotOptimize(rig.step());  // every thread's scratch touched, outside the timings
   std::vector<double> t1, tn, ratio;
   using clock = std::chrono::steady_clock;
   for (auto _ : state) {
@@ -188,7 +190,7 @@ void BM_ThreadPair(benchmark::State& state, StepConfig c) {
     tn.push_back(std::chrono::duration<double, std::milli>(t2 - t_mid).count());
     ratio.push_back(t1.back() / tn.back());
   }
-  state.counters["threads"] = all;
+  state.counters["omp_threads"] = all;  // not "threads": Google Benchmark's JSON has that field
   state.counters["one_ms"] = median(t1);
   state.counters["all_ms"] = median(tn);
   state.counters["speedup"] = median(t1) / median(tn);

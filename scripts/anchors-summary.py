@@ -87,50 +87,57 @@ def main():
 
     # The overhead bars measured step by step: BM_StepPair alternates two
     # variants' steps in one loop, so host drift between benchmarks (seconds
-    # apart in the table above) does not enter their ratio.
-    pairs = {}
-    for path in sorted(glob.glob(os.path.join(out, "normlab-r*.json"))):
-        for b in load(path)[0].get("benchmarks", []):
-            if b["name"].startswith("BM_StepPair/") and "b_over_a" in b:
-                a_v, b_v = b["name"].split("/")[1:3]
-                pairs.setdefault((a_v, b_v), []).append(
-                    (b["a_ms"], b["b_ms"], b["b_over_a"], b.get("b_over_a_paired", float("nan"))))
+    # apart in the table above) does not enter their ratio. One entry per round
+    # (aggregates of repeated runs are skipped).
+    def per_round(prefix, key, fields):
+        """Entries of the benchmarks named prefix/..., keyed by the name's `fields` parts after the prefix."""
+        found = {}
+        for path in sorted(glob.glob(os.path.join(out, "normlab-r*.json"))):
+            for b in load(path)[0].get("benchmarks", []):
+                if b["name"].startswith(prefix) and key in b and b.get("run_type") != "aggregate":
+                    found.setdefault(tuple(b["name"].split("/")[1:1 + fields]), []).append(b)
+        return found
+
+    def med(rows, key):
+        return statistics.median(r[key] for r in rows)
+
+    pairs = per_round("BM_StepPair/", "b_over_a", 2)
     if pairs:
+        # b_over_a_paired exists from change 30 on; older runs get the ratio of medians only.
+        paired = all("b_over_a_paired" in r for rows in pairs.values() for r in rows)
         print("\n### Overhead step by step (BM_StepPair: the two variants' steps alternated in one loop)\n")
-        print("Per round: the ratio of the two median steps, and (paired) the median of each B step over "
-              "the A step just before it.\n")
-        print("| ratio | per round | median | paired, per round | paired median | a ms | b ms |")
-        print("|---|---|---:|---|---:|---:|---:|")
+        print("Per round: the ratio of the two median steps" +
+              (", and (paired) the median of each B step over the A step just before it.\n" if paired else ".\n"))
+        print("| ratio | per round | median | " + ("paired, per round | paired median | " if paired else "") +
+              "a ms | b ms |")
+        print("|---|---|---:|" + ("---|---:|" if paired else "") + "---:|---:|")
         for (a_v, b_v), rows in pairs.items():
-            per = ", ".join(f"{r[2]:.3f}" for r in rows)
-            paired = ", ".join(f"{r[3]:.3f}" for r in rows)
-            print(f"| {b_v}/{a_v} | {per} | {statistics.median(r[2] for r in rows):.3f} | {paired} | "
-                  f"{statistics.median(r[3] for r in rows):.3f} | "
-                  f"{statistics.median(r[0] for r in rows):.0f} | {statistics.median(r[1] for r in rows):.0f} |")
+            cells = [f"{b_v}/{a_v}", ", ".join(f"{r['b_over_a']:.3f}" for r in rows), f"{med(rows, 'b_over_a'):.3f}"]
+            if paired:
+                cells += [", ".join(f"{r['b_over_a_paired']:.3f}" for r in rows), f"{med(rows, 'b_over_a_paired'):.3f}"]
+            cells += [f"{med(rows, 'a_ms'):.0f}", f"{med(rows, 'b_ms'):.0f}"]
+            print("| " + " | ".join(cells) + " |")
 
     # The thread-scaling bar measured step by step: BM_ThreadPair alternates one
     # variant's step on one thread and on all threads in one loop.
-    scaling = {}
-    for path in sorted(glob.glob(os.path.join(out, "normlab-r*.json"))):
-        for b in load(path)[0].get("benchmarks", []):
-            if b["name"].startswith("BM_ThreadPair/") and "speedup_paired" in b:
-                scaling.setdefault(b["name"].split("/")[1], []).append(
-                    (b["one_ms"], b["all_ms"], b["speedup"], b["speedup_paired"]))
+    scaling = {k[0]: rows for k, rows in per_round("BM_ThreadPair/", "speedup_paired", 1).items()}
     if scaling:
-        print("\n### Thread scaling step by step (BM_ThreadPair: one-thread and two-thread steps alternated "
+        n = max(int(r.get("omp_threads", 2)) for rows in scaling.values() for r in rows)
+        print(f"\n### Thread scaling step by step (BM_ThreadPair: one-thread and {n}-thread steps alternated "
               "in one loop)\n")
-        print("Per round: (paired) the median of each one-thread step over the two-thread step just after it; "
+        print(f"Per round: (paired) the median of each one-thread step over the {n}-thread step just after it; "
               "and the ratio of the two median steps.\n")
-        print("| variant | paired, per round | paired median | ratio of medians, per round | 1 thread ms | "
-              "2 threads ms |")
+        print(f"| variant | paired, per round | paired median | ratio of medians, per round | 1 thread ms | "
+              f"{n} threads ms |")
         print("|---|---|---:|---|---:|---:|")
-        for v in VARIANTS:
+        for v in VARIANTS + sorted(set(scaling) - set(VARIANTS)):
             rows = scaling.get(v)
             if not rows:
                 continue
-            print(f"| {v} | {', '.join(f'{r[3]:.2f}' for r in rows)} | "
-                  f"{statistics.median(r[3] for r in rows):.2f}× | {', '.join(f'{r[2]:.2f}' for r in rows)} | "
-                  f"{statistics.median(r[0] for r in rows):.0f} | {statistics.median(r[1] for r in rows):.0f} |")
+            paired = ", ".join(f"{r['speedup_paired']:.2f}" for r in rows)
+            ratio = ", ".join(f"{r['speedup']:.2f}" for r in rows)
+            print(f"| {v} | {paired} | {med(rows, 'speedup_paired'):.3f}× | {ratio} | "
+                  f"{med(rows, 'one_ms'):.0f} | {med(rows, 'all_ms'):.0f} |")
 
     # What issue 18's PyTorch bars ask of the whole step, in the units of the ceiling
     # and the peak: the step's FLOPs over the bar's time.
