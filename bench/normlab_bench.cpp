@@ -21,6 +21,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "normlab/normlab.hpp"
@@ -123,6 +124,22 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+// The median over pairs of num[i] / den[i]: a slowdown of the host that lasts a
+// pair cancels in its ratio.
+double median_ratio(const std::vector<double>& num, const std::vector<double>& den) {
+  std::vector<double> r(num.size());
+  for (std::size_t i = 0; i < num.size(); ++i) r[i] = num[i] / den[i];
+  return median(std::move(r));
+}
+
+// One training step of rig, timed (ms).
+template <class Rig>
+double step_ms(Rig& rig) {
+  const auto t0 = std::chrono::steady_clock::now();
+  benchmark::DoNotOptimize(rig.step());
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
 // Two variants' steps alternated in one loop (A, B, A, B, ...), each step timed
 // on its own: both see the same state of a shared host, step by step, so their
 // ratio is not at the mercy of drift between two benchmarks seconds apart (on
@@ -138,23 +155,15 @@ void BM_StepPair(benchmark::State& state, StepConfig c) {
   benchmark::DoNotOptimize(a.step());  // first touch of each arena, outside the timings
   benchmark::DoNotOptimize(b.step());
   std::vector<double> ta, tb;
-  using clock = std::chrono::steady_clock;
   for (auto _ : state) {
-    const auto t0 = clock::now();
-    benchmark::DoNotOptimize(a.step());
-    const auto t1 = clock::now();
-    benchmark::DoNotOptimize(b.step());
-    const auto t2 = clock::now();
-    ta.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
-    tb.push_back(std::chrono::duration<double, std::milli>(t2 - t1).count());
+    ta.push_back(step_ms(a));
+    tb.push_back(step_ms(b));
   }
   const double ma = median(ta), mb = median(tb);
-  std::vector<double> ratio(ta.size());
-  for (std::size_t i = 0; i < ta.size(); ++i) ratio[i] = tb[i] / ta[i];
   state.counters["a_ms"] = ma;
   state.counters["b_ms"] = mb;
   state.counters["b_over_a"] = mb / ma;
-  state.counters["b_over_a_paired"] = median(ratio);
+  state.counters["b_over_a_paired"] = median_ratio(tb, ta);
 }
 
 // One variant's step on one thread and on all threads, alternated in one loop
@@ -174,27 +183,20 @@ void BM_ThreadPair(benchmark::State& state, StepConfig c) {
     benchmark::DoNotOptimize(rig.step());
   }
   benchmark::DoNotOptimize(rig.step());  // every thread's scratch touched, outside the timings
-  std::vector<double> t1, tn, ratio;
-  using clock = std::chrono::steady_clock;
+  std::vector<double> t1, tn;
   for (auto _ : state) {
-    clock::time_point t0, t_mid;
     {
       const ThreadCount one(1);
-      t0 = clock::now();
-      benchmark::DoNotOptimize(rig.step());
-      t_mid = clock::now();
+      t1.push_back(step_ms(rig));
     }
-    benchmark::DoNotOptimize(rig.step());
-    const auto t2 = clock::now();
-    t1.push_back(std::chrono::duration<double, std::milli>(t_mid - t0).count());
-    tn.push_back(std::chrono::duration<double, std::milli>(t2 - t_mid).count());
-    ratio.push_back(t1.back() / tn.back());
+    tn.push_back(step_ms(rig));
   }
+  const double m1 = median(t1), mn = median(tn);
   state.counters["omp_threads"] = all;  // not "threads": Google Benchmark's JSON has that field
-  state.counters["one_ms"] = median(t1);
-  state.counters["all_ms"] = median(tn);
-  state.counters["speedup"] = median(t1) / median(tn);
-  state.counters["speedup_paired"] = median(ratio);
+  state.counters["one_ms"] = m1;
+  state.counters["all_ms"] = mn;
+  state.counters["speedup"] = m1 / mn;
+  state.counters["speedup_paired"] = median_ratio(t1, tn);
 }
 
 // --quick (CI): every benchmark runs once, the train steps at the reference
