@@ -6,6 +6,8 @@
 //                          machine's ceiling, measured in the same run
 //   BM_TrainStep/<v>/...   full step (forward, backward, clip, AdamW, constraint)
 //   BM_StepPair/<a>/<b>/.. two variants' steps alternated in one loop: their ratio
+//   BM_ThreadPair/<v>/..   one variant's one-thread and all-thread steps alternated
+//   BM_CeilingPair/<v>/..  one variant's step and OpenBLAS's SGEMM 1024³ alternated
 //   BM_<kernel>           per-kernel figures (GB/s or GFLOP/s)
 //
 // FLOPs per token of a step = 6 × (weights in matrix products, LM head
@@ -199,6 +201,50 @@ void BM_ThreadPair(benchmark::State& state, StepConfig c) {
   state.counters["speedup_paired"] = median_ratio(t1, tn);
 }
 
+#ifdef NORMLAB_HAVE_OPENBLAS
+// The ceiling bar measured the way BM_StepPair measures the overhead bars: one
+// variant's step and OpenBLAS's SGEMM 1024³ (BM_OpenBlasSgemm's call) alternated
+// in one loop, each timed on its own. The separate BM_TrainStep and
+// BM_OpenBlasSgemm runs are seconds to minutes apart, and on the EPYC host one
+// variant's step moved by up to 51% between rounds while the ceiling did not
+// (docs/perf.md, 2026-12-03 08:50). Each pair runs the SGEMM twice and times
+// the second, so its operands are as warm as in BM_OpenBlasSgemm's loop (the
+// step before it sweeps the caches); the step needs no such care (its working
+// set is larger than the caches either way).
+// Counters: step_gflops and sgemm_gflops (medians); of_ceiling, their ratio;
+// of_ceiling_paired, the median over pairs of each step's GFLOP/s over the
+// SGEMM's just before it.
+template <class Tag>
+void BM_CeilingPair(benchmark::State& state, StepConfig c) {
+  const int n = 1024;
+  auto X = random_floats(std::size_t(n) * n, 1), W = random_floats(std::size_t(n) * n, 2);
+  std::vector<float> Y(std::size_t(n) * n);
+  auto sgemm = [&] {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, X.data(), n, W.data(), n, 0.0f, Y.data(),
+                n);
+    benchmark::ClobberMemory();
+  };
+  StepRig<Tag> rig(c);
+  benchmark::DoNotOptimize(rig.step());  // first touch of the arena, outside the timings
+  sgemm();                               // OpenBLAS's buffers and threads, likewise
+  const double step_gflop = double(c.B * c.T) * rig.flops_per_token() * 1e-9, sgemm_gflop = 2.0 * n * n * n * 1e-9;
+  std::vector<double> tg, ts;  // ms
+  for (auto _ : state) {
+    sgemm();
+    const auto t0 = std::chrono::steady_clock::now();
+    sgemm();
+    tg.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    ts.push_back(step_ms(rig));
+  }
+  const double mg = median(tg), ms = median(ts);
+  state.counters["step_gflops"] = step_gflop / (ms * 1e-3);
+  state.counters["sgemm_gflops"] = sgemm_gflop / (mg * 1e-3);
+  state.counters["of_ceiling"] = (step_gflop / ms) / (sgemm_gflop / mg);
+  // step GFLOP/s over SGEMM GFLOP/s, pair by pair: (step_gflop / ts[i]) / (sgemm_gflop / tg[i])
+  state.counters["of_ceiling_paired"] = median_ratio(tg, ts) * step_gflop / sgemm_gflop;
+}
+#endif
+
 // --quick (CI): every benchmark runs once, the train steps at the reference
 // config only, so the binary is exercised end to end in seconds.
 bool g_quick = false;
@@ -220,6 +266,12 @@ void register_steps() {
       ->Unit(benchmark::kMillisecond)
       ->UseRealTime()
       ->Iterations(g_quick ? 1 : 10);
+#ifdef NORMLAB_HAVE_OPENBLAS
+  benchmark::RegisterBenchmark(("BM_CeilingPair/" + n + "/reference").c_str(), BM_CeilingPair<Tag>, kReference)
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime()
+      ->Iterations(g_quick ? 1 : 10);
+#endif
   if (g_quick) return;
   add("larger", kLarger);
   add("long", kLong);

@@ -81,8 +81,9 @@ def main():
             continue
         anchor = best.get(v)
         x = f"{anchor / r['ms']:.2f}×" if anchor else ""
+        one_cells = f"{one['ms']:.0f} | {one['ms'] / r['ms']:.2f}×" if one else " | "  # a run without --…_1thread
         print(f"| {v} | {r['ms']:.0f} | {r['gflops']:.1f} | {r['gflops'] / ceiling:.0%} | "
-              f"{one['ms']:.0f} | {one['ms'] / r['ms']:.2f}× | {r['ms'] / gpt_ms:.3f} | "
+              f"{one_cells} | {r['ms'] / gpt_ms:.3f} | "
               f"{r['tokens_per_second']:.0f} | {x} |")
 
     # The overhead bars measured step by step: BM_StepPair alternates two
@@ -138,6 +139,25 @@ def main():
             ratio = ", ".join(f"{r['speedup']:.2f}" for r in rows)
             print(f"| {v} | {paired} | {med(rows, 'speedup_paired'):.3f}× | {ratio} | "
                   f"{med(rows, 'one_ms'):.0f} | {med(rows, 'all_ms'):.0f} |")
+
+    # The ceiling bar measured step by step: BM_CeilingPair alternates one
+    # variant's step and OpenBLAS's SGEMM 1024³ in one loop.
+    ceil_pairs = {k[0]: rows for k, rows in per_round("BM_CeilingPair/", "of_ceiling_paired", 1).items()}
+    if ceil_pairs:
+        print("\n### Ceiling step by step (BM_CeilingPair: the step and OpenBLAS's SGEMM 1024³ alternated in one loop)\n")
+        print("Per round: (paired) the median of each step's GFLOP/s over the SGEMM's just before it; "
+              "and the ratio of the two medians.\n")
+        print("| variant | paired, per round | paired median | ratio of medians, per round | step GFLOP/s | "
+              "SGEMM GFLOP/s |")
+        print("|---|---|---:|---|---:|---:|")
+        for v in VARIANTS + sorted(set(ceil_pairs) - set(VARIANTS)):
+            rows = ceil_pairs.get(v)
+            if not rows:
+                continue
+            paired = ", ".join(f"{r['of_ceiling_paired']:.0%}" for r in rows)
+            ratio = ", ".join(f"{r['of_ceiling']:.0%}" for r in rows)
+            print(f"| {v} | {paired} | {med(rows, 'of_ceiling_paired'):.1%} | {ratio} | "
+                  f"{med(rows, 'step_gflops'):.1f} | {med(rows, 'sgemm_gflops'):.1f} |")
 
     # What issue 18's PyTorch bars ask of the whole step, in the units of the ceiling
     # and the peak: the step's FLOPs over the bar's time.

@@ -5,7 +5,8 @@
 #  - every variant's step at the reference, larger and long (T = 1024) configs,
 #    and on one thread; attention alone at T = 256, 1024, 2048;
 #  - ngpt/gpt and angpt/gpt with the two steps alternated in one loop (BM_StepPair),
-#    and every variant's step on one thread and on two, alternated (BM_ThreadPair);
+#    every variant's step on one thread and on two, alternated (BM_ThreadPair), and
+#    every variant's step and OpenBLAS's SGEMM 1024³, alternated (BM_CeilingPair);
 #  - the PyTorch reference step (bench/torch_reference.py) for gpt and ngpt, with
 #    OMP_WAIT_POLICY=PASSIVE and with OpenMP's default, OpenBLAS's OpenMP build;
 #  - the step with one competing busy process, under OpenMP's default wait, PASSIVE
@@ -39,7 +40,7 @@ blas_env=(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE)
 torch_env=("${blas_env[@]}" LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp)
 
 normlab_all() {  # $1 = round; OpenMP as the trainers run it (GOMP_SPINCOUNT=1000 unless the user chose)
-  "${blas_env[@]}" GOMP_SPINCOUNT=1000 "$BENCH" --benchmark_filter='BM_FmaPeak|BM_GemmCeiling/1024|BM_OpenBlasSgemm/1024|BM_TrainStep/|BM_StepPair/|BM_ThreadPair/|BM_Attention/(256|1024|2048)/' \
+  "${blas_env[@]}" GOMP_SPINCOUNT=1000 "$BENCH" --benchmark_filter='BM_FmaPeak|BM_GemmCeiling/1024|BM_OpenBlasSgemm/1024|BM_TrainStep/|BM_StepPair/|BM_ThreadPair/|BM_CeilingPair/|BM_Attention/(256|1024|2048)/' \
     --benchmark_repetitions=1 --benchmark_enable_random_interleaving=true \
     --benchmark_format=json >"$OUT/normlab-r$1.json" 2>/dev/null
 }
