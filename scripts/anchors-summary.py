@@ -109,13 +109,19 @@ def main():
         print("\n### Overhead step by step (BM_StepPair: the two variants' steps alternated in one loop)\n")
         print("Per round: the ratio of the two median steps" +
               (", and (paired) the median of each B step over the A step just before it.\n" if paired else ".\n"))
+        # b_over_a_best (the two fastest steps' ratio) exists from change 32 on.
+        best_of = all("b_over_a_best" in r for rows in pairs.values() for r in rows)
+        if best_of:
+            print("Fastest: the ratio of each round's two fastest steps (the host only adds time).\n")
         print("| ratio | per round | median | " + ("paired, per round | paired median | " if paired else "") +
-              "a ms | b ms |")
-        print("|---|---|---:|" + ("---|---:|" if paired else "") + "---:|---:|")
+              ("fastest, per round | " if best_of else "") + "a ms | b ms |")
+        print("|---|---|---:|" + ("---|---:|" if paired else "") + ("---|" if best_of else "") + "---:|---:|")
         for (a_v, b_v), rows in pairs.items():
             cells = [f"{b_v}/{a_v}", ", ".join(f"{r['b_over_a']:.3f}" for r in rows), f"{med(rows, 'b_over_a'):.3f}"]
             if paired:
                 cells += [", ".join(f"{r['b_over_a_paired']:.3f}" for r in rows), f"{med(rows, 'b_over_a_paired'):.3f}"]
+            if best_of:
+                cells += [", ".join(f"{r['b_over_a_best']:.3f}" for r in rows)]
             cells += [f"{med(rows, 'a_ms'):.0f}", f"{med(rows, 'b_ms'):.0f}"]
             print("| " + " | ".join(cells) + " |")
 
@@ -128,16 +134,18 @@ def main():
               "in one loop)\n")
         print(f"Per round: (paired) the median of each one-thread step over the {n}-thread step just after it; "
               "and the ratio of the two median steps.\n")
-        print(f"| variant | paired, per round | paired median | ratio of medians, per round | 1 thread ms | "
-              f"{n} threads ms |")
-        print("|---|---|---:|---|---:|---:|")
+        best_of = all("speedup_best" in r for rows in scaling.values() for r in rows)
+        print(f"| variant | paired, per round | paired median | ratio of medians, per round | " +
+              ("fastest over fastest, per round | " if best_of else "") + f"1 thread ms | {n} threads ms |")
+        print("|---|---|---:|---|" + ("---|" if best_of else "") + "---:|---:|")
         for v in VARIANTS + sorted(set(scaling) - set(VARIANTS)):
             rows = scaling.get(v)
             if not rows:
                 continue
             paired = ", ".join(f"{r['speedup_paired']:.2f}" for r in rows)
             ratio = ", ".join(f"{r['speedup']:.2f}" for r in rows)
-            print(f"| {v} | {paired} | {med(rows, 'speedup_paired'):.3f}× | {ratio} | "
+            fast = (", ".join(f"{r['speedup_best']:.2f}" for r in rows) + " | ") if best_of else ""
+            print(f"| {v} | {paired} | {med(rows, 'speedup_paired'):.3f}× | {ratio} | {fast}"
                   f"{med(rows, 'one_ms'):.0f} | {med(rows, 'all_ms'):.0f} |")
 
     # The ceiling bar measured step by step: BM_CeilingPair alternates one
@@ -147,16 +155,18 @@ def main():
         print("\n### Ceiling step by step (BM_CeilingPair: the step and OpenBLAS's SGEMM 1024³ alternated in one loop)\n")
         print("Per round: (paired) the median of each step's GFLOP/s over the SGEMM's just before it; "
               "and the ratio of the two medians.\n")
-        print("| variant | paired, per round | paired median | ratio of medians, per round | step GFLOP/s | "
-              "SGEMM GFLOP/s |")
-        print("|---|---|---:|---|---:|---:|")
+        best_of = all("of_ceiling_best" in r for rows in ceil_pairs.values() for r in rows)
+        print("| variant | paired, per round | paired median | ratio of medians, per round | " +
+              ("fastest over fastest, per round | " if best_of else "") + "step GFLOP/s | SGEMM GFLOP/s |")
+        print("|---|---|---:|---|" + ("---|" if best_of else "") + "---:|---:|")
         for v in VARIANTS + sorted(set(ceil_pairs) - set(VARIANTS)):
             rows = ceil_pairs.get(v)
             if not rows:
                 continue
             paired = ", ".join(f"{r['of_ceiling_paired']:.0%}" for r in rows)
             ratio = ", ".join(f"{r['of_ceiling']:.0%}" for r in rows)
-            print(f"| {v} | {paired} | {med(rows, 'of_ceiling_paired'):.1%} | {ratio} | "
+            fast = (", ".join(f"{r['of_ceiling_best']:.0%}" for r in rows) + " | ") if best_of else ""
+            print(f"| {v} | {paired} | {med(rows, 'of_ceiling_paired'):.1%} | {ratio} | {fast}"
                   f"{med(rows, 'step_gflops'):.1f} | {med(rows, 'sgemm_gflops'):.1f} |")
 
     # What issue 18's PyTorch bars ask of the whole step, in the units of the ceiling
