@@ -132,9 +132,10 @@ def main():
         n = max(int(r.get("omp_threads", 2)) for rows in scaling.values() for r in rows)
         print(f"\n### Thread scaling step by step (BM_ThreadPair: one-thread and {n}-thread steps alternated "
               "in one loop)\n")
-        print(f"Per round: (paired) the median of each one-thread step over the {n}-thread step just after it; "
-              "and the ratio of the two median steps.\n")
         best_of = all("speedup_best" in r for rows in scaling.values() for r in rows)
+        print(f"Per round: (paired) the median of each one-thread step over the {n}-thread step just after it; "
+              "and the ratio of the two median steps" +
+              ("; and the fastest one-thread step over the fastest all-thread step.\n" if best_of else ".\n"))
         print(f"| variant | paired, per round | paired median | ratio of medians, per round | " +
               ("fastest over fastest, per round | " if best_of else "") + f"1 thread ms | {n} threads ms |")
         print("|---|---|---:|---|" + ("---|" if best_of else "") + "---:|---:|")
@@ -153,9 +154,10 @@ def main():
     ceil_pairs = {k[0]: rows for k, rows in per_round("BM_CeilingPair/", "of_ceiling_paired", 1).items()}
     if ceil_pairs:
         print("\n### Ceiling step by step (BM_CeilingPair: the step and OpenBLAS's SGEMM 1024³ alternated in one loop)\n")
-        print("Per round: (paired) the median of each step's GFLOP/s over the SGEMM's just before it; "
-              "and the ratio of the two medians.\n")
         best_of = all("of_ceiling_best" in r for rows in ceil_pairs.values() for r in rows)
+        print("Per round: (paired) the median of each step's GFLOP/s over the SGEMM's just before it; "
+              "and the ratio of the two medians" +
+              ("; and the fastest step's GFLOP/s over the fastest SGEMM's.\n" if best_of else ".\n"))
         print("| variant | paired, per round | paired median | ratio of medians, per round | " +
               ("fastest over fastest, per round | " if best_of else "") + "step GFLOP/s | SGEMM GFLOP/s |")
         print("|---|---|---:|---|" + ("---|" if best_of else "") + "---:|---:|")
