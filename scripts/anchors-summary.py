@@ -18,7 +18,10 @@ def load(pattern):
     runs = []
     for path in sorted(glob.glob(pattern)):
         with open(path) as f:
-            runs.append(json.load(f))
+            try:
+                runs.append(json.load(f))
+            except json.JSONDecodeError as e:  # a run cut off mid-write
+                sys.exit(f"anchors-summary: {path} is not valid JSON ({e})")
     return runs
 
 
@@ -43,7 +46,14 @@ def bench_medians(runs):
 
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else "runs/anchors"
+    if not glob.glob(os.path.join(out, "normlab-r*.json")):
+        sys.exit(f"anchors-summary: no {os.path.join(out, 'normlab-r*.json')} "
+                 "(pass the OUT folder of a scripts/bench-anchors.sh run)")
     nl = bench_medians(load(os.path.join(out, "normlab-r*.json")))
+    for need in ("BM_OpenBlasSgemm/1024", "BM_GemmCeiling/1024", "BM_TrainStep/gpt/reference"):
+        if need not in nl:
+            sys.exit(f"anchors-summary: {os.path.join(out, 'normlab-r*.json')} has no {need} "
+                     "(a run of scripts/bench-anchors.sh with normlab_bench built with -DNORMLAB_BLAS=ON has it)")
     ceiling = nl["BM_OpenBlasSgemm/1024"]["gflops"]
     own = nl["BM_GemmCeiling/1024"]["gflops"]
     rounds = nl["BM_OpenBlasSgemm/1024"]["rounds"]
