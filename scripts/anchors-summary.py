@@ -46,13 +46,13 @@ def bench_medians(runs):
 
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else "runs/anchors"
-    if not glob.glob(os.path.join(out, "normlab-r*.json")):
-        sys.exit(f"anchors-summary: no {os.path.join(out, 'normlab-r*.json')} "
-                 "(pass the OUT folder of a scripts/bench-anchors.sh run)")
-    nl = bench_medians(load(os.path.join(out, "normlab-r*.json")))
+    runs = os.path.join(out, "normlab-r*.json")
+    if not glob.glob(runs):
+        sys.exit(f"anchors-summary: no {runs} (pass the OUT folder of a scripts/bench-anchors.sh run)")
+    nl = bench_medians(load(runs))
     for need in ("BM_OpenBlasSgemm/1024", "BM_GemmCeiling/1024", "BM_TrainStep/gpt/reference"):
         if need not in nl:
-            sys.exit(f"anchors-summary: {os.path.join(out, 'normlab-r*.json')} has no {need} "
+            sys.exit(f"anchors-summary: {runs} has no {need} "
                      "(a run of scripts/bench-anchors.sh with normlab_bench built with -DNORMLAB_BLAS=ON has it)")
     ceiling = nl["BM_OpenBlasSgemm/1024"]["gflops"]
     own = nl["BM_GemmCeiling/1024"]["gflops"]
@@ -135,6 +135,26 @@ def main():
             cells += [f"{med(rows, 'a_ms'):.0f}", f"{med(rows, 'b_ms'):.0f}"]
             print("| " + " | ".join(cells) + " |")
 
+    def variant_pair_table(by_variant, key, fmt, med_fmt, explain, medians, explain_best, tail_heads, tail_keys):
+        """One row per variant of a pair benchmark: `key`_paired per round and its median (med_fmt,
+        which may carry a unit), `key` (the ratio of the medians) per round, `key`_best per round
+        where every round has it, then the medians of tail_keys (.0f for ms, .1f otherwise)."""
+        best_of = all(f"{key}_best" in r for rows in by_variant.values() for r in rows)
+        print(f"Per round: (paired) {explain}; and the ratio of {medians}" +
+              (f"; and {explain_best}.\n" if best_of else ".\n"))
+        print("| variant | paired, per round | paired median | ratio of medians, per round | " +
+              ("fastest over fastest, per round | " if best_of else "") + " | ".join(tail_heads) + " |")
+        print("|---|---|---:|---|" + ("---|" if best_of else "") + "---:|" * len(tail_keys))
+        for v in VARIANTS + sorted(set(by_variant) - set(VARIANTS)):
+            rows = by_variant.get(v)
+            if not rows:
+                continue
+            per = lambda k: ", ".join(format(r[k], fmt) for r in rows)
+            fast = f"{per(key + '_best')} | " if best_of else ""
+            tail = " | ".join(format(med(rows, k), ".0f" if k.endswith("_ms") else ".1f") for k in tail_keys)
+            print(f"| {v} | {per(key + '_paired')} | {med_fmt.format(med(rows, key + '_paired'))} | {per(key)} | "
+                  f"{fast}{tail} |")
+
     # The thread-scaling bar measured step by step: BM_ThreadPair alternates one
     # variant's step on one thread and on all threads in one loop.
     scaling = {k[0]: rows for k, rows in per_round("BM_ThreadPair/", "speedup_paired", 1).items()}
@@ -142,44 +162,22 @@ def main():
         n = max(int(r.get("omp_threads", 2)) for rows in scaling.values() for r in rows)
         print(f"\n### Thread scaling step by step (BM_ThreadPair: one-thread and {n}-thread steps alternated "
               "in one loop)\n")
-        best_of = all("speedup_best" in r for rows in scaling.values() for r in rows)
-        print(f"Per round: (paired) the median of each one-thread step over the {n}-thread step just after it; "
-              "and the ratio of the two median steps" +
-              ("; and the fastest one-thread step over the fastest all-thread step.\n" if best_of else ".\n"))
-        print(f"| variant | paired, per round | paired median | ratio of medians, per round | " +
-              ("fastest over fastest, per round | " if best_of else "") + f"1 thread ms | {n} threads ms |")
-        print("|---|---|---:|---|" + ("---|" if best_of else "") + "---:|---:|")
-        for v in VARIANTS + sorted(set(scaling) - set(VARIANTS)):
-            rows = scaling.get(v)
-            if not rows:
-                continue
-            paired = ", ".join(f"{r['speedup_paired']:.2f}" for r in rows)
-            ratio = ", ".join(f"{r['speedup']:.2f}" for r in rows)
-            fast = (", ".join(f"{r['speedup_best']:.2f}" for r in rows) + " | ") if best_of else ""
-            print(f"| {v} | {paired} | {med(rows, 'speedup_paired'):.3f}× | {ratio} | {fast}"
-                  f"{med(rows, 'one_ms'):.0f} | {med(rows, 'all_ms'):.0f} |")
+        variant_pair_table(scaling, "speedup", ".2f", "{:.3f}×",
+                           f"the median of each one-thread step over the {n}-thread step just after it",
+                           "the two median steps",
+                           "the fastest one-thread step over the fastest all-thread step",
+                           ["1 thread ms", f"{n} threads ms"], ["one_ms", "all_ms"])
 
     # The ceiling bar measured step by step: BM_CeilingPair alternates one
     # variant's step and OpenBLAS's SGEMM 1024³ in one loop.
     ceil_pairs = {k[0]: rows for k, rows in per_round("BM_CeilingPair/", "of_ceiling_paired", 1).items()}
     if ceil_pairs:
         print("\n### Ceiling step by step (BM_CeilingPair: the step and OpenBLAS's SGEMM 1024³ alternated in one loop)\n")
-        best_of = all("of_ceiling_best" in r for rows in ceil_pairs.values() for r in rows)
-        print("Per round: (paired) the median of each step's GFLOP/s over the SGEMM's just before it; "
-              "and the ratio of the two medians" +
-              ("; and the fastest step's GFLOP/s over the fastest SGEMM's.\n" if best_of else ".\n"))
-        print("| variant | paired, per round | paired median | ratio of medians, per round | " +
-              ("fastest over fastest, per round | " if best_of else "") + "step GFLOP/s | SGEMM GFLOP/s |")
-        print("|---|---|---:|---|" + ("---|" if best_of else "") + "---:|---:|")
-        for v in VARIANTS + sorted(set(ceil_pairs) - set(VARIANTS)):
-            rows = ceil_pairs.get(v)
-            if not rows:
-                continue
-            paired = ", ".join(f"{r['of_ceiling_paired']:.0%}" for r in rows)
-            ratio = ", ".join(f"{r['of_ceiling']:.0%}" for r in rows)
-            fast = (", ".join(f"{r['of_ceiling_best']:.0%}" for r in rows) + " | ") if best_of else ""
-            print(f"| {v} | {paired} | {med(rows, 'of_ceiling_paired'):.1%} | {ratio} | {fast}"
-                  f"{med(rows, 'step_gflops'):.1f} | {med(rows, 'sgemm_gflops'):.1f} |")
+        variant_pair_table(ceil_pairs, "of_ceiling", ".0%", "{:.1%}",
+                           "the median of each step's GFLOP/s over the SGEMM's just before it",
+                           "the two medians",
+                           "the fastest step's GFLOP/s over the fastest SGEMM's",
+                           ["step GFLOP/s", "SGEMM GFLOP/s"], ["step_gflops", "sgemm_gflops"])
 
     # What issue 18's PyTorch bars ask of the whole step, in the units of the ceiling
     # and the peak: the step's FLOPs over the bar's time.
