@@ -1,50 +1,111 @@
 #!/usr/bin/env bash
-# The GPU check of the CUDA backend, in one call, for a machine with an NVIDIA
-# GPU and no package registry (sized for one H200 with 16 cores: within 8 min):
-#   1. configures against the dependencies staged by scripts/gpu-deps.sh
-#      (gpu-deps/, carried by the device tool; never installs anything), for this
-#      GPU's architecture only, and builds the CUDA tests (required) and the
-#      benchmark (optional: without Google Benchmark the tests still run);
-#   2. runs the CUDA tests: launch limits, every kernel against the float64 CPU
-#      path, the one model on the CUDA backend (every variant) against the golden
-#      files and the float64 CPU model, decoding, bit-identical reruns; then
-#      trains every variant's train-<variant>-cuda for 20 steps through the
-#      driver, and moves a checkpoint from a GPU run to a CPU run (resume);
-#   3. runs the benchmark (MFU, ngpt/gpt step ratio, row kernels vs copy bandwidth);
-#   4. prints one summary table (also $LOGS/summary.md).
-# Logs go to $OUT (the device tool's output folder) when set, else build-gpu/logs.
-# Without a GPU (the offline rehearsal, scripts/gpu-rehearsal.sh) it builds for
-# CUDA_ARCH (default 90), expects the GPU tests to report skipped, and says so.
-#   bash scripts/gpu-check.sh [--no-bench] [extra benchmark flags, e.g. --batch=4]
-# Exit: 0 when every test passed (or, without a GPU, skipped as expected).
+# The GPU check of the CUDA backend, for a lent machine with an NVIDIA GPU and no
+# package registry (one H200, 16 cores; 10 minutes a command, 15 in all).
+#
+#   first call:  bash scripts/gpu-check.sh            (device tool: timeout_s 540)
+#   second call: bash scripts/gpu-check.sh --bench    (timeout_s 420, on the still-warm machine)
+#
+# First call, stage by stage, each with its own time limit and all within the
+# budget (GPU_CHECK_BUDGET, default 500 s from the start):
+#   configure   against gpu-deps/ (scripts/gpu-deps.sh; never installs), this
+#               GPU's architecture, no MPI (the GPU machine has none), warnings
+#               not errors (NORMLAB_WERROR=OFF: the host compiler there is unknown)
+#   build tests the CUDA tests only (their own build step)                 240 s
+#   tests       test_cuda_limits 20 s, _kernels 90 s, _model 120 s, _nccl 60 s
+#   build trainers  train-<variant>-cuda, 10 variants                       200 s
+#   trainers    each 20 steps through the driver (exit 0, finite, falling)  12 s each
+# Work after the builds: 290 s of tests + 120 s of trainers = 410 s at most. The
+# builds on 16 cores: this machine (2 cores) builds the tests' kernels.cu for one
+# architecture and the four test programs in about 6 min and one trainer in about
+# 60 s of one core (docs/cuda.md); on 16 cores the tests' build is bound by its
+# longest unit (about 90 s) and the trainers run 10 units side by side (about 90 s).
+# A stage that would outrun the budget is not started and says so.
+#
+# Second call (--bench): configure (kept from the first call when the machine is
+# still warm), build and run the benchmark only (200 s + 240 s).
+#
+# $OUT (the device tool's output folder, else build-gpu/logs) gets at most 8
+# files, the most the device tool brings back: summary.md, rewritten after every
+# stage (so a call cut off at its limit still returns what finished), and one log
+# per stage: build.log, tests.log, trainers.log (bench.log, bench.json with --bench).
+# Without a GPU (scripts/gpu-rehearsal.sh) it builds for CUDA_ARCH (default 90)
+# and the GPU tests and trainers must report skipped.
+#   bash scripts/gpu-check.sh [--bench [benchmark flags, e.g. --batch=4]]
+# Exit: 0 when every stage passed (or, without a GPU, skipped as expected).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
-stamp() { echo "gpu-check: $1 at $(( $(date +%s) - start )) s"; }
-BENCH=1
-if [ "${1:-}" = "--no-bench" ]; then BENCH=0; shift; fi
+BENCH=0
+if [ "${1:-}" = "--bench" ]; then BENCH=1; shift; fi
+BUDGET=${GPU_CHECK_BUDGET:-500}
 BUILD_DIR=${BUILD_DIR:-build-gpu}
-LOGS=${OUT:-$BUILD_DIR/logs}
+OUTDIR=${OUT:-$BUILD_DIR/logs}
+WORKLOGS=$BUILD_DIR/worklogs  # every test's and trainer's own log (not brought back)
 DEPS=${NORMLAB_GPU_DEPS:-$PWD/gpu-deps}
-mkdir -p "$LOGS"
-summary="$LOGS/summary.md"
-: > "$summary"
+mkdir -p "$OUTDIR" "$WORKLOGS"
+summary=$OUTDIR/summary.md
+elapsed() { echo $(( $(date +%s) - start )); }
+rows=()
+rc=0
+NOW="starting"
+
+# summary.md from what has finished so far; called after every stage.
+write_summary() {
+  {
+    echo "## normlab GPU check$([ $BENCH -eq 1 ] && echo ' (--bench)'), $(date -u +%Y-%m-%dT%H:%MZ)"
+    echo
+    echo "GPU: ${GPU_NAME:-?}; nvcc: ${NVCC_VERSION:-?}; sm_${ARCH:-?}; $(elapsed) s of a ${BUDGET} s budget"
+    echo
+    echo "| stage / test | result | checks | worst error (share of its tolerance) | seconds |"
+    echo "|---|---|---|---|---|"
+    printf '%s\n' "${rows[@]}"
+    echo
+    if [ -s "$OUTDIR/bench.log" ]; then sed -n '/==== normlab CUDA summary/,$p' "$OUTDIR/bench.log"; echo; fi
+    echo "state: $NOW"
+    echo "gpu-check: $([ $rc -eq 0 ] && echo PASS || echo FAIL)$([ "${HAVE_GPU:-0}" -eq 0 ] && echo ' (no GPU: GPU tests skipped as expected)') (logs in $OUTDIR)"
+  } > "$summary.tmp" && mv "$summary.tmp" "$summary"
+}
+# The seconds a stage may take: its own limit, or what is left of the budget
+# (less a margin to write the summary); 0 when too little is left to start it.
+stage_limit() {
+  local want=$1 left=$(( BUDGET - $(elapsed) - 10 ))
+  if [ $left -lt 15 ]; then echo 0; elif [ $left -lt "$want" ]; then echo $left; else echo "$want"; fi
+}
+out_of_time() {
+  rows+=("| $1 | NOT RUN (budget of ${BUDGET} s spent) | - | - | - |")
+  rc=1
+  NOW="stopped: out of time before $1"
+  write_summary
+}
+fail_stage() {
+  rows+=("| $1 | $2 | - | - | $3 |")
+  rc=1
+  NOW="stopped: $1 failed"
+  write_summary
+  cat "$summary"
+  exit 1
+}
+
 NVCC=${CUDACXX:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
-[ -x "$NVCC" ] || { echo "gpu-check: no nvcc found (set CUDACXX)"; exit 1; }
+[ -x "$NVCC" ] || { NOW="no nvcc found (set CUDACXX)"; rc=1; write_summary; cat "$summary"; exit 1; }
+NVCC_VERSION=$("$NVCC" --version | tail -1)
 
 # The GPU, if any, and its architecture (compute capability 9.0 -> 90).
 HAVE_GPU=0
-if nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader > "$LOGS/gpu.txt" 2>&1 \
-   && [ -s "$LOGS/gpu.txt" ]; then
+if nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader > "$WORKLOGS/gpu.txt" 2>&1 \
+   && [ -s "$WORKLOGS/gpu.txt" ]; then
   HAVE_GPU=1
-  cat "$LOGS/gpu.txt"
-  ARCH=${CUDA_ARCH:-$(head -1 "$LOGS/gpu.txt" | awk -F', ' '{print $4}' | tr -d '.')}
+  GPU_NAME=$(head -1 "$WORKLOGS/gpu.txt")
+  ARCH=${CUDA_ARCH:-$(head -1 "$WORKLOGS/gpu.txt" | awk -F', ' '{print $4}' | tr -d '.')}
 else
+  GPU_NAME="none (rehearsal)"
   ARCH=${CUDA_ARCH:-90}
-  echo "gpu-check: no GPU visible (nvidia-smi: $(head -c 200 "$LOGS/gpu.txt")): building for sm_$ARCH, GPU tests must report skipped"
+  echo "gpu-check: no GPU visible (nvidia-smi: $(head -c 200 "$WORKLOGS/gpu.txt")): building for sm_$ARCH, GPU tests must report skipped"
 fi
-"$NVCC" --version | tail -2 > "$LOGS/nvcc.txt"
+NOW="configuring"
+write_summary
 
+# ---------------------------------------------------------------- configure
 prefix=()
 if [ -d "$DEPS/usr" ]; then
   prefix=(-DCMAKE_PREFIX_PATH="$DEPS/usr")
@@ -52,7 +113,7 @@ if [ -d "$DEPS/usr" ]; then
 else
   echo "gpu-check: no staged dependencies at $DEPS (run scripts/gpu-deps.sh on the CPU machine and carry it); trying the system's"
 fi
-# NCCL for test_cuda_nccl and data-parallel trainers: NCCL_ROOT if set, else the
+# NCCL for test_cuda_nccl and the trainers: NCCL_ROOT if set, else the
 # nvidia-nccl wheel of the machine's Python (headers and libnccl.so.2), else the
 # CUDA toolkit's own; without NCCL that test is not built and says so.
 if [ -z "${NCCL_ROOT:-}" ]; then
@@ -60,129 +121,139 @@ if [ -z "${NCCL_ROOT:-}" ]; then
 fi
 nccl=()
 [ -n "${NCCL_ROOT:-}" ] && nccl=(-DNCCL_ROOT="$NCCL_ROOT") && echo "gpu-check: NCCL from $NCCL_ROOT"
-if ! cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNORMLAB_CUDA=ON -DCMAKE_CUDA_COMPILER="$NVCC" \
-     -DCMAKE_CUDA_ARCHITECTURES="$ARCH" -DNORMLAB_BUILD_TESTS=OFF -DNORMLAB_BUILD_TOOLS=OFF \
-     -DNORMLAB_BUILD_EXAMPLES=OFF "${prefix[@]}" "${nccl[@]}" > "$LOGS/configure.log" 2>&1; then
-  tail -40 "$LOGS/configure.log"
-  echo "gpu-check: FAIL (configure; $LOGS/configure.log)"
-  exit 1
+t0=$(date +%s)
+lim=$(stage_limit 90)
+[ "$lim" -gt 0 ] || { out_of_time "configure"; cat "$summary"; exit 1; }
+if ! timeout "$lim" cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNORMLAB_CUDA=ON \
+     -DCMAKE_CUDA_COMPILER="$NVCC" -DCMAKE_CUDA_ARCHITECTURES="$ARCH" -DNORMLAB_BUILD_TESTS=OFF \
+     -DNORMLAB_BUILD_TOOLS=OFF -DNORMLAB_BUILD_EXAMPLES=OFF -DNORMLAB_MPI=OFF -DNORMLAB_WERROR=OFF \
+     "${prefix[@]}" "${nccl[@]}" > "$OUTDIR/build.log" 2>&1; then
+  tail -40 "$OUTDIR/build.log"
+  fail_stage "configure" "FAIL (build.log)" $(( $(date +%s) - t0 ))
 fi
+rows+=("| configure | PASS | - | $(grep -o 'normlab: NCCL [^ ]*' "$OUTDIR/build.log" | head -1 || true) | $(( $(date +%s) - t0 )) |")
+NOW="configured"
+write_summary
+
+# build STAGE LIMIT TARGET...: one build step, its output appended to build.log.
+build() {
+  local name=$1 want=$2 t0 lim r
+  shift 2
+  t0=$(date +%s)
+  lim=$(stage_limit "$want")
+  if [ "$lim" -eq 0 ]; then out_of_time "$name"; return 1; fi
+  NOW="$name"
+  write_summary
+  echo "==== $name: cmake --build --target $*" >> "$OUTDIR/build.log"
+  timeout "$lim" cmake --build "$BUILD_DIR" -j "$(nproc)" --target "$@" >> "$OUTDIR/build.log" 2>&1
+  r=$?
+  if [ $r -ne 0 ]; then
+    grep -E "error" "$OUTDIR/build.log" | head -20
+    local why="exit $r"
+    [ $r -eq 124 ] && why="timeout ${lim} s"
+    rows+=("| $name | FAIL ($why; build.log) | - | - | $(( $(date +%s) - t0 )) |")
+    rc=1
+    NOW="$name failed"
+    write_summary
+    return 1
+  fi
+  rows+=("| $name | PASS | - | $(grep -c 'warning:' "$OUTDIR/build.log") warnings so far | $(( $(date +%s) - t0 )) |")
+  write_summary
+}
+
+if [ $BENCH -eq 1 ]; then
+  # ------------------------------------------------------------ --bench
+  if ! grep -q "normlab_cuda_bench" "$BUILD_DIR/build.ninja"; then
+    rows+=("| benchmark | NOT BUILT (Google Benchmark not found in gpu-deps/) | - | - | - |")
+    rc=1
+  elif build "build benchmark" 200 normlab_cuda_bench; then
+    if [ $HAVE_GPU -eq 1 ]; then
+      lim=$(stage_limit 240)
+      if [ "$lim" -eq 0 ]; then out_of_time "benchmark"
+      else
+        NOW="benchmark"
+        write_summary
+        t0=$(date +%s)
+        timeout "$lim" "$BUILD_DIR/bench/cuda/normlab_cuda_bench" --benchmark_counters_tabular=true \
+          --benchmark_out="$OUTDIR/bench.json" --benchmark_out_format=json "$@" > "$OUTDIR/bench.log" 2>&1
+        br=$?
+        st=PASS
+        [ $br -eq 0 ] || { rc=1; st="FAIL (exit $br; bench.log)"; tail -20 "$OUTDIR/bench.log"; }
+        rows+=("| benchmark | $st | - | - | $(( $(date +%s) - t0 )) |")
+      fi
+    else
+      rows+=("| benchmark | SKIP (no GPU) | - | - | - |")
+    fi
+  fi
+  NOW="done"
+  write_summary
+  cat "$summary"
+  exit $rc
+fi
+
+# ---------------------------------------------------------------- the CUDA tests
+declare -A test_limit=([test_cuda_limits]=20 [test_cuda_kernels]=90 [test_cuda_model]=120 [test_cuda_nccl]=60)
 tests=(test_cuda_limits test_cuda_kernels test_cuda_model)
-if grep -q "normlab: NCCL /" "$LOGS/configure.log"; then
+if grep -q "normlab: NCCL /" "$OUTDIR/build.log"; then
   tests+=(test_cuda_nccl)
 else
   echo "gpu-check: NCCL not found (set NCCL_ROOT): test_cuda_nccl not built, the trainers run as one process"
 fi
+if build "build tests" 240 "${tests[@]}"; then
+  : > "$OUTDIR/tests.log"
+  for t in "${tests[@]}"; do
+    lim=$(stage_limit "${test_limit[$t]}")
+    if [ "$lim" -eq 0 ]; then out_of_time "$t"; continue; fi
+    NOW="running $t"
+    write_summary
+    t0=$(date +%s)
+    timeout "$lim" "$BUILD_DIR/tests/cuda/$t" > "$WORKLOGS/$t.log" 2>&1
+    r=$?
+    { echo "==== $t (exit $r, limit $lim s)"; cat "$WORKLOGS/$t.log"; } >> "$OUTDIR/tests.log"
+    worst=$(awk '($1 == "PASS" || $1 == "FAIL") {
+              for (i = NF - 2; i > 1; --i) if ($i == "rel" && $(i + 2) == "tol") break
+              if (i <= 1) next
+              e = $(i + 1) + 0; tl = $(i + 3) + 0
+              if (tl > 0 && (name == "" || e / tl > w)) { w = e / tl; we = e; wt = tl; name = $2; for (j = 3; j < i; ++j) name = name " " $j } }
+            END { if (name != "") printf "%.3g (tol %.1g, %.0f%% of it) in %s", we, wt, 100 * w, name; else printf "-" }' "$WORKLOGS/$t.log")
+    checks=$(grep -oE '[0-9]+ checks, [0-9]+ failures' "$WORKLOGS/$t.log" | tail -1)
+    if [ $r -eq 0 ]; then status=PASS
+    elif [ $r -eq 77 ]; then status=SKIP
+    elif [ $r -eq 124 ]; then status="FAIL (timeout $lim s)"
+    else status="FAIL (exit $r)"
+    fi
+    case $status in
+      PASS) ;;
+      SKIP) [ $HAVE_GPU -eq 0 ] || { rc=1; status="FAIL (skipped on a machine with a GPU)"; } ;;
+      *) rc=1; grep -E "^FAIL" "$WORKLOGS/$t.log" | head -20 ;;
+    esac
+    rows+=("| $t | $status | ${checks:--} | $worst | $(( $(date +%s) - t0 )) |")
+    write_summary
+  done
+fi
+
+# ---------------------------------------------------------------- the trainers
 VARIANTS=(gpt gpt_qknorm gpt_alpha ngpt ngpt_slerp ngpt_noqknorm ngpt_scalar ngpt_fixedscales angpt angpt_attnfactor)
 trainers=()
 for v in "${VARIANTS[@]}"; do trainers+=("train-$v-cuda"); done
-if ! cmake --build "$BUILD_DIR" -j "$(nproc)" --target "${tests[@]}" "${trainers[@]}" > "$LOGS/build.log" 2>&1; then
-  grep -m20 -E "error|Error" "$LOGS/build.log"
-  tail -30 "$LOGS/build.log"
-  echo "gpu-check: FAIL (build; $LOGS/build.log)"
-  exit 1
-fi
-stamp "build of the tests"
-bench_built=0
-if [ $BENCH -eq 1 ]; then
-  if grep -q "normlab_cuda_bench" "$BUILD_DIR/build.ninja"; then
-    if cmake --build "$BUILD_DIR" -j "$(nproc)" --target normlab_cuda_bench > "$LOGS/build-bench.log" 2>&1; then
-      bench_built=1
-      stamp "build of the benchmark"
-    else
-      echo "gpu-check: benchmark did not build (optional; $LOGS/build-bench.log)"
-    fi
+if build "build trainers" 200 "${trainers[@]}"; then
+  lim=$(stage_limit $(( 12 * ${#VARIANTS[@]} )))
+  if [ "$lim" -eq 0 ]; then out_of_time "trainers"
   else
-    echo "gpu-check: Google Benchmark not found: benchmark not built (optional)"
+    NOW="running the trainers"
+    write_summary
+    # Every variant through the driver on the GPU: 20 steps on synthetic data,
+    # exit 0, finite losses, the last below the first (scripts/train-smoke.sh).
+    SMOKE_LIMIT=$(( lim / ${#VARIANTS[@]} )) bash scripts/train-smoke.sh "$BUILD_DIR" -cuda "$WORKLOGS/smoke" \
+      "${VARIANTS[@]}" > "$OUTDIR/trainers.log" 2>&1
+    while IFS='|' read -r v status verdict secs; do
+      if [ "$status" = "SKIP" ] && [ $HAVE_GPU -eq 1 ]; then status="FAIL (skipped on a machine with a GPU)"; fi
+      case $status in PASS|SKIP) ;; *) rc=1 ;; esac
+      rows+=("| train-$v-cuda (20 steps) | $status | $verdict | - | $secs |")
+    done < <(grep '^smoke|' "$OUTDIR/trainers.log" | cut -d'|' -f2-)
   fi
 fi
-
-# Runs each test; a test prints "ok|FAIL <check> rel <err> tol <tol>" lines and ends
-# with "<test>: N checks, M failures: PASS|FAIL", or "SKIP: ..." (exit 77).
-rc=0
-rows=()
-for t in "${tests[@]}"; do
-  timeout 300 "$BUILD_DIR/tests/cuda/$t" > "$LOGS/$t.log" 2>&1
-  r=$?
-  worst=$(awk '($1 == "ok" || $1 == "FAIL") {
-            for (i = NF - 2; i > 1; --i) if ($i == "rel" && $(i + 2) == "tol") break
-            if (i <= 1) next
-            e = $(i + 1) + 0; tl = $(i + 3) + 0
-            if (tl > 0 && (name == "" || e / tl > w)) { w = e / tl; we = e; wt = tl; name = $2; for (j = 3; j < i; ++j) name = name " " $j } }
-          END { if (name != "") printf "%.3g (tol %.1g, %.0f%% of it) in %s", we, wt, 100 * w, name; else printf "-" }' "$LOGS/$t.log")
-  checks=$(grep -oE '[0-9]+ checks, [0-9]+ failures' "$LOGS/$t.log" | tail -1)
-  if [ $r -eq 0 ]; then status=PASS
-  elif [ $r -eq 77 ]; then status=SKIP
-  elif [ $r -eq 124 ]; then status="FAIL (timeout 300 s)"
-  else status="FAIL (exit $r)"
-  fi
-  case $status in
-    PASS) ;;
-    SKIP) [ $HAVE_GPU -eq 0 ] || { rc=1; status="FAIL (skipped on a machine with a GPU)"; } ;;
-    *) rc=1; grep -E "^FAIL" "$LOGS/$t.log" | head -20 ;;
-  esac
-  rows+=("| $t | $status | ${checks:--} | $worst |")
-done
-stamp "tests"
-
-# Every variant through the driver on the GPU: 20 steps on synthetic data,
-# exit 0, finite losses, the last below the first (docs/cuda.md).
-TRAIN_FLAGS=(--data synthetic --steps 20 --batch 4 --seq 64 --d 64 --layers 2 --heads 4 --eval-every 10
-             --eval-batches 2 --quiet --overwrite)
-for v in "${VARIANTS[@]}"; do
-  out="$LOGS/runs/$v"
-  timeout 120 "$BUILD_DIR/train-$v-cuda" "${TRAIN_FLAGS[@]}" --out "$out" > "$LOGS/train-$v-cuda.log" 2>&1
-  r=$?
-  verdict=$(python3 - "$out/metrics.jsonl" <<'PY' 2>&1
-import json, math, sys
-try:
-    rows = [json.loads(l) for l in open(sys.argv[1]) if '"train_loss"' in l]
-except OSError as e:
-    print(f"FAIL no metrics ({e.strerror})"); sys.exit()
-ls = [r["train_loss"] for r in rows]
-ok = len(ls) == 20 and all(math.isfinite(x) for x in ls) and ls[-1] < ls[0]
-print(("PASS" if ok else "FAIL") + f" {len(ls)} steps, loss {ls[0]:.4f} -> {ls[-1]:.4f}" if ls else "FAIL no steps")
-PY
-)
-  if [ $r -ne 0 ]; then
-    if [ $HAVE_GPU -eq 0 ] && grep -q "no CUDA device" "$LOGS/train-$v-cuda.log"; then status=SKIP; verdict="-"
-    else status="FAIL (exit $r)"; rc=1; tail -3 "$LOGS/train-$v-cuda.log"; fi
-  elif [[ $verdict == PASS* ]]; then status=PASS
-  else status=FAIL; rc=1
-  fi
-  rows+=("| train-$v-cuda (20 steps) | $status | ${verdict#* } | - |")
-done
-stamp "trainers"
-
-if [ $bench_built -eq 1 ] && [ $HAVE_GPU -eq 1 ]; then
-  timeout 300 "$BUILD_DIR/bench/cuda/normlab_cuda_bench" --benchmark_counters_tabular=true \
-    --benchmark_out="$LOGS/bench.json" --benchmark_out_format=json "$@" > "$LOGS/bench.log" 2>&1
-  br=$?
-  [ $br -eq 0 ] || { rc=1; echo "gpu-check: benchmark exit $br"; tail -20 "$LOGS/bench.log"; }
-  stamp "benchmarks"
-fi
-
-{
-  echo "## normlab GPU check, $(date -u +%Y-%m-%dT%H:%MZ)"
-  echo
-  echo "GPU: $( [ $HAVE_GPU -eq 1 ] && head -1 "$LOGS/gpu.txt" || echo "none (rehearsal)"); nvcc: $(tail -1 "$LOGS/nvcc.txt"); sm_$ARCH; $(( $(date +%s) - start )) s"
-  echo
-  echo "| test | result | checks | worst error (share of its tolerance) |"
-  echo "|---|---|---|---|"
-  printf '%s\n' "${rows[@]}"
-  echo
-  if [ -s "$LOGS/bench.log" ]; then
-    # The benchmark's own summary: copy and GEMM ceilings, MFU, step ratios, kernels as % of copy.
-    sed -n '/==== normlab CUDA summary/,$p' "$LOGS/bench.log"
-  elif [ $BENCH -eq 0 ]; then
-    echo "benchmark: not run (--no-bench)"
-  elif [ $bench_built -eq 0 ]; then
-    echo "benchmark: not built (optional; see build-bench.log / configure.log)"
-  else
-    echo "benchmark: not run (no GPU)"
-  fi
-  echo
-  echo "gpu-check: $([ $rc -eq 0 ] && echo PASS || echo FAIL)$([ $HAVE_GPU -eq 0 ] && echo ' (no GPU: GPU tests skipped as expected)') (logs in $LOGS)"
-} > "$summary"
+NOW="done (the benchmark is the second call: --bench)"
+write_summary
 cat "$summary"
 exit $rc

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <random>
@@ -33,10 +34,18 @@ std::vector<double> plain(const Vec& v) {
   return std::vector<double>(v.begin(), v.end());
 }
 
+// Each check prints its own PASS/FAIL line and flushes it before the next
+// starts, so a run cut off or killed still shows every check it finished. After
+// each check the device is synchronized: a fault an earlier kernel left (it
+// surfaces at the next synchronize) fails that check, and the binary stops with
+// a sentence naming it (exit 1) rather than aborting every check after it
+// unreported; the other test binaries still run (scripts/gpu-check.sh).
 struct Tally {
   int checks = 0, failures = 0;
+  const char* test = "cuda test";
   // ‖got − ref‖₂ / ‖ref‖₂ (absolute when ref is all zeros) against tol; NaN fails.
   void rel(const std::string& name, const std::vector<double>& got, const std::vector<double>& ref, double tol) {
+    require_healthy_device(name);
     ++checks;
     double num = 0, den = 0;
     const bool size_ok = got.size() == ref.size();
@@ -47,12 +56,34 @@ struct Tally {
     const double e = !size_ok ? INFINITY : (den > 0 ? std::sqrt(num / den) : std::sqrt(num));
     const bool ok = e <= tol;
     failures += ok ? 0 : 1;
-    std::printf("%-4s %-60s rel %.3e  tol %.1e\n", ok ? "ok" : "FAIL", name.c_str(), e, tol);
+    std::printf("%-4s %-60s rel %.3e  tol %.1e\n", ok ? "PASS" : "FAIL", name.c_str(), e, tol);
+    std::fflush(stdout);
   }
   void truth(const std::string& name, bool ok) {
+    require_healthy_device(name);
     ++checks;
     failures += ok ? 0 : 1;
-    std::printf("%-4s %s\n", ok ? "ok" : "FAIL", name.c_str());
+    std::printf("%-4s %s\n", ok ? "PASS" : "FAIL", name.c_str());
+    std::fflush(stdout);
+  }
+  // Synchronizes the device; on a fault, FAIL for this check and stop the binary.
+  void require_healthy_device(const std::string& name) {
+    static const bool have_device = device_count() > 0;  // test_cuda_limits runs without one
+    if (!have_device) return;
+    std::string fault;
+    try {
+      current().synchronize();
+    } catch (const std::exception& e) {
+      fault = e.what();
+    }
+    if (fault.empty()) return;
+    ++checks;
+    ++failures;
+    std::printf("FAIL %s: device fault at this check's synchronize: %s\n", name.c_str(), fault.c_str());
+    std::printf("%s: stopped after a device fault in check '%s' (%d checks, %d failures): FAIL\n", test,
+                name.c_str(), checks, failures);
+    std::fflush(stdout);
+    std::exit(1);
   }
   int finish(const char* what) const {
     std::printf("%s: %d checks, %d failures: %s\n", what, checks, failures, failures ? "FAIL" : "PASS");
@@ -68,6 +99,7 @@ int run_test(const char* what, F&& body) {
     return body();
   } catch (const std::exception& e) {
     std::printf("FAIL: %s: %s\n", what, e.what());
+    std::fflush(stdout);
     return 1;
   }
 }

@@ -368,6 +368,7 @@ int main() {
   return cuda::test::run_test("test_cuda_kernels", [] {
     Backend be;
     Tally t;
+    t.test = "test_cuda_kernels";
     std::mt19937_64 rng(20261130);
     for (Dtype dt : {Dtype::f32, Dtype::bf16}) {
       test_gemm(be, dt, t, rng);

@@ -34,6 +34,7 @@ void refuses(test::Tally& t, const std::string& what, std::initializer_list<cons
 
 int main() {
   test::Tally t;
+  t.test = "test_cuda_limits";
   // 4096 × 16 = 65536 head-blocks: one too many; the pointers are never touched.
   refuses(t, "attention_forward, batch x heads = 65536", {"attention_forward", "65536", "65535", "batch 4096", "heads 16"},
           [] { k::attention_forward(Dtype::f32, nullptr, nullptr, nullptr, nullptr, nullptr, 4096, 8, 16, 64, 1.f, nullptr); });

@@ -166,6 +166,7 @@ int main() {
     cuda::use(be);
     Comm comm;
     Tally t;
+    t.test = "test_cuda_nccl";
     t.truth("NcclComm<SingleProcess>: one rank", comm.rank() == 0 && comm.size() == 1);
     check_ordering(comm, t);
     check<variants::gpt>(comm, t);

@@ -91,11 +91,13 @@ inline double meta_double(const io::SafetensorsFile& f, const std::string& key) 
   }
 }
 
+// `tol`: the replay's bars (golden_tolerance<T>() unless a caller holds another
+// path, e.g. a GPU's float32 sums in another order, to its own stated bar).
 template <class Model>
-GoldenReport run_golden_model(const io::SafetensorsFile& f, const std::string& variant) {
+GoldenReport run_golden_model(const io::SafetensorsFile& f, const std::string& variant,
+                              GoldenTolerance tol = golden_tolerance<typename Model::scalar_type>()) {
   using T = typename Model::scalar_type;
   using Backend = typename Model::backend;
-  const GoldenTolerance tol = golden_tolerance<T>();
   ModelConfig mc;
   mc.vocab_size = meta_int(f, "vocab_size");
   mc.n_embd = meta_int(f, "n_embd");
