@@ -7,6 +7,7 @@
 //   BM_TrainStep/<v>/...   full step (forward, backward, clip, AdamW, constraint)
 //   BM_StepPair/<a>/<b>/.. two variants' steps alternated in one loop: their ratio
 //   BM_ThreadPair/<v>/..   one variant's one-thread and all-thread steps alternated
+//   BM_OptimizerPair/<v>/adamw/muon/..  one variant's AdamW and Muon steps alternated
 //   BM_CeilingPair/<v>/..  one variant's step and OpenBLAS's SGEMM 1024³ alternated
 //   BM_<kernel>           per-kernel figures (GB/s or GFLOP/s)
 //
@@ -23,6 +24,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -69,13 +71,14 @@ struct ThreadCount {
   ~ThreadCount() { omp_set_num_threads(saved); }
 };
 
-// One variant's model, optimizer and a fixed batch of random tokens, ready to step.
-template <class Tag>
+// One variant's model, optimizer (AdamW unless Opt says otherwise) and a fixed
+// batch of random tokens, ready to step.
+template <class Tag, class Opt = AdamW<float>>
 struct StepRig {
   using Model = typename Tag::template model<float>;
   StepConfig c;
   Model model;
-  AdamW<float> opt;
+  Opt opt;
   std::vector<std::int64_t> idx, tgt;
 
   static ModelConfig model_config(const StepConfig& c) {
@@ -86,10 +89,18 @@ struct StepRig {
     mc.n_layer = c.layers;
     return mc;
   }
-  static AdamWConfig optimizer_config() {
-    AdamWConfig oc;
-    oc.weight_decay = keeps_unit_hidden<typename Model::scheme> ? 0.0 : 0.1;
-    return oc;
+  static auto optimizer_config() {
+    const double wd = keeps_unit_hidden<typename Model::scheme> ? 0.0 : 0.1;
+    if constexpr (std::is_same_v<Opt, Muon<float>>) {
+      MuonConfig mc;
+      mc.weight_decay = wd;
+      mc.lr_ratio = 20.0;  // the reference's 0.02 over the step's 1e-3
+      return mc;
+    } else {
+      AdamWConfig oc;
+      oc.weight_decay = wd;
+      return oc;
+    }
   }
   // The weights are initialized before the optimizer is built over them (the comma
   // in opt's initializer), as BM_TrainStep did before StepRig.
@@ -179,6 +190,26 @@ void BM_StepPair(benchmark::State& state, StepConfig c) {
   state.counters["a_ms"] = ma;
   state.counters["b_ms"] = mb;
   state.counters["b_over_a"] = mb / ma;
+  state.counters["b_over_a_paired"] = median_ratio(tb, ta);
+  state.counters["b_over_a_best"] = fastest(tb) / fastest(ta);
+}
+
+// One variant's step with AdamW (a) and with Muon (b), alternated in one loop as
+// BM_StepPair: b_over_a_paired is what Muon's Newton-Schulz (5 iterations, three
+// GEMMs each, on every hidden matrix) adds to a whole step.
+template <class Tag>
+void BM_OptimizerPair(benchmark::State& state, StepConfig c) {
+  StepRig<Tag> a(c);
+  StepRig<Tag, Muon<float>> b(c);
+  benchmark::DoNotOptimize(a.step());
+  benchmark::DoNotOptimize(b.step());
+  std::vector<double> ta, tb;
+  for (auto _ : state) {
+    ta.push_back(step_ms(a));
+    tb.push_back(step_ms(b));
+  }
+  state.counters["adamw_ms"] = median(ta);
+  state.counters["muon_ms"] = median(tb);
   state.counters["b_over_a_paired"] = median_ratio(tb, ta);
   state.counters["b_over_a_best"] = fastest(tb) / fastest(ta);
 }
@@ -565,6 +596,9 @@ int main(int argc, char** argv) {
   };
   pair("BM_StepPair/gpt/ngpt/reference", BM_StepPair<variants::gpt, variants::ngpt>);
   pair("BM_StepPair/gpt/angpt/reference", BM_StepPair<variants::gpt, variants::angpt>);
+  // Muon's whole step over AdamW's (the optimizers' speed bar: <= 1.15).
+  pair("BM_OptimizerPair/gpt/adamw/muon/reference", BM_OptimizerPair<variants::gpt>);
+  pair("BM_OptimizerPair/ngpt/adamw/muon/reference", BM_OptimizerPair<variants::ngpt>);
   int n = static_cast<int>(args.size());
   benchmark::Initialize(&n, args.data());
   if (benchmark::ReportUnrecognizedArguments(n, args.data())) return 1;

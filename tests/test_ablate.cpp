@@ -305,6 +305,30 @@ TEST_CASE("ablate: the report states each variant's learning rate from the summa
   CHECK(md.find("- Peak learning rates (from each run's summary.json): gpt 0.003, ngpt 0.01") != std::string::npos);
 }
 
+TEST_CASE("ablate: the report names each variant's optimizer and schedule from the summaries", "[ablate]") {
+  TempDir tmp;
+  std::vector<ab::VariantRuns> runs;
+  for (const auto& [v, extra] : {std::pair<std::string, std::string>{"gpt", ""},
+                                 {"ngpt", ", \"optimizer\": {\"name\": \"muon\", \"hyperparameters\": {}}, "
+                                          "\"schedule\": {\"name\": \"wsd\", \"warmup\": 0}"}}) {
+    const fs::path dir = tmp.path / v / "seed1";
+    write(dir / "metrics.jsonl", metrics_text(linear(4.0, 2.0, 1.0)));
+    write(dir / "summary.json", "{\"variant\": \"" + v + "\", \"seed\": 1, \"steps\": 100, \"tokens\": 100000, "
+                                "\"final_val_loss\": 2.0, \"mean_step_time_s\": 0.1, \"total_time_s\": 10.0" +
+                                extra + "}");
+    runs.push_back({v, {ab::load_run(dir, v, 1)}});
+  }
+  const std::string md = ab::results_markdown(runs, {});
+  INFO(md);
+  // A summary from before they were recorded is AdamW with a cosine.
+  CHECK(md.find("- Optimizer + schedule (from each run's summary.json): gpt adamw + cosine, ngpt muon + wsd") !=
+        std::string::npos);
+  TempDir bad;
+  write(bad.path / "summary.json", "{\"variant\": \"gpt\", \"seed\": 1, \"steps\": 1, \"tokens\": 1, "
+                                   "\"mean_step_time_s\": 0.1, \"total_time_s\": 1, \"optimizer\": 3}");
+  CHECK_THROWS_WITH(ab::read_summary(bad.path / "summary.json"), Catch::Contains("\"optimizer\""));
+}
+
 TEST_CASE("ablate: a diverged baseline gives no target and no made-up speedups", "[ablate]") {
   TempDir tmp;
   const fs::path dir = tmp.path / "gpt" / "seed1";

@@ -1,8 +1,11 @@
 // The one model on the CUDA backend, Transformer<float, Scheme, Residual, cuda_backend>:
 //  * its parameter layout is the CPU instantiation's (names, shapes, offsets, roles, axes);
 //  * the golden reference files PASS on the GPU in float32, through the same
-//    replay as the CPU check (train/golden.hpp) at its float32 tolerances
-//    (1e-5 values, 5e-4 parameters);
+//    replay as the CPU check (train/golden.hpp), values (logits, loss,
+//    gradients) at 5e-5 and parameters at 5e-4: the CPU's float32 replay holds
+//    1e-5 with a worst of 6.9e-6 (1.4x margin), and the GPU sums in other
+//    orders, so it is held to 5e-5, the bar of every other float32-vs-float64
+//    value in this file and the CPU's own (tests/test_precision.cpp);
 //  * every variant against the float64 CPU model from the same parameters: loss,
 //    every gradient, the clipped gradients, and the parameters after two optimizer
 //    steps (AdamW with decay, clipping, the weight constraint), in float32;
@@ -17,6 +20,7 @@
 #include "normlab/backend/cuda/cuda_backend.hpp"
 #include "normlab/model/transformer.hpp"
 #include "normlab/optim/adamw.hpp"
+#include "normlab/optim/any_optimizer.hpp"
 #include "normlab/train/golden.hpp"
 #include "normlab/train/step.hpp"
 #include "normlab/train/variants.hpp"
@@ -70,7 +74,7 @@ void check_layout(Tally& t) {
 template <class Tag>
 void check_golden(const std::string& file, Tally& t) {
   const auto f = io::SafetensorsFile::open(golden(file));
-  const GoldenReport rep = detail::run_golden_model<GpuModel<Tag>>(f, std::string(Tag::name));
+  const GoldenReport rep = detail::run_golden_model<GpuModel<Tag>>(f, std::string(Tag::name), GoldenTolerance{5e-5, 5e-4});
   double worst = 0;
   for (const GoldenRow& r : rep.rows) {
     worst = std::max(worst, r.rel_error);
@@ -156,6 +160,48 @@ void check_against_cpu(Tally& t, int steps) {
   t.truth(nm + ": the optimizer moved the parameters", moved);
 }
 
+// Lion and Muon on the GPU (their kernels, Muon's Newton-Schulz on cuBLASLt)
+// against the same optimizer on the float64 CPU model, three steps from the
+// same parameters. Muon: parameters at 5e-4 (the iteration is smooth in its
+// input). Lion: 1e-2, because sign(c) of an interpolation c within float32
+// noise of 0 can differ between the two (each such entry moves by 2·lr).
+template <class Tag>
+void check_optimizer_against_cpu(Tally& t, const std::string& name, double tol) {
+  const ModelConfig mc = small_config();
+  const std::int64_t B = 2, T = 24;
+  CpuOracle<Tag> cpu(mc, B, T);
+  cpu.init(7);
+  GpuModel<Tag> gpu(mc, B, T);
+  for (std::size_t i = 0; i < cpu.params().size(); ++i) {
+    gpu.params().values()[i] = float(cpu.params().values()[i]);
+    cpu.params().values()[i] = double(gpu.params().values()[i]);
+  }
+  gpu.upload_params();
+  OptimizerOptions oo;
+  oo.name = name;
+  oo.weight_decay = 0.1;
+  oo.peak_lr = 1e-3;
+  auto opt_cpu = make_optimizer_named<double, cpu_backend>(builtin_optimizers{}, cpu.params(), oo, 0,
+                                                           cpu.params().size());
+  auto opt_gpu = make_optimizer_named<float, cuda_backend>(builtin_optimizers{}, gpu.params(), oo, 0,
+                                                           gpu.params().size());
+  std::mt19937_64 rng(17);
+  for (int s = 0; s < 3; ++s) {
+    const auto idx = random_tokens(rng, B * T, mc.vocab_size), tgt = random_tokens(rng, B * T, mc.vocab_size);
+    cpu.forward(idx.data(), tgt.data(), B, T);
+    gpu.forward(idx.data(), tgt.data(), B, T);
+    cpu.backward();
+    gpu.backward();
+    clip_and_step(cpu, opt_cpu, 1e-3, 1.0);
+    clip_and_step(gpu, opt_gpu, 1e-3, 1.0);
+  }
+  gpu.download_params();
+  const std::string nm = std::string(Tag::name) + "@cuda " + name;
+  for (const ParamSpec& sp : gpu.params().specs())
+    t.rel(nm + " param after 3 steps " + sp.name, to_double(gpu.params().value(sp.offset), sp.numel),
+          std::vector<double>(cpu.params().value(sp.offset), cpu.params().value(sp.offset) + sp.numel), tol);
+}
+
 // Decoding token by token on the GPU against the float64 CPU model decoding the
 // same prefix from the same parameters (5e-5, as the forward).
 template <class Tag>
@@ -225,10 +271,15 @@ int main() {
     cuda::Backend be;
     cuda::use(be);
     Tally t;
+    t.test = "test_cuda_model";
     std::apply([&](auto... tags) { (check_layout<decltype(tags)>(t), ...); }, all_variants{});
     check_golden<variants::gpt>("gpt_small.safetensors", t);
     check_golden<variants::ngpt>("ngpt_small.safetensors", t);
     std::apply([&](auto... tags) { (check_against_cpu<decltype(tags)>(t, 2), ...); }, all_variants{});
+    check_optimizer_against_cpu<variants::gpt>(t, "muon", 5e-4);
+    check_optimizer_against_cpu<variants::ngpt>(t, "muon", 5e-4);
+    check_optimizer_against_cpu<variants::gpt>(t, "lion", 1e-2);
+    check_optimizer_against_cpu<variants::ngpt>(t, "lion", 1e-2);
     check_decode<variants::gpt>(t);
     check_decode<variants::ngpt>(t);
     check_decode<variants::angpt>(t);

@@ -1,3 +1,4 @@
+cmake_policy(SET CMP0053 NEW)
 # example:custom-policies — a user's project, as a user would build it: install
 # normlab into a scratch prefix, copy examples/custom_policies out of the tree,
 # build it against the package (no access to normlab's sources), then
@@ -5,7 +6,11 @@
 #      differences at 1e-6 with normlab's checker;
 #   2. normlab-ablate (normlab's own tool, -DABLATE) trains normlab's gpt and the
 #      three custom variants through normlab's driver, from the project's
-#      --bin-dir, and its table lists every one of them.
+#      --bin-dir, and its table lists every one of them;
+#   3. the user's own optimizer (my_optimizer.hpp, --optimizer sgd) trains
+#      gpt_dyt through the driver with falling loss, its momentum buffer in the
+#      checkpoint, and a stopped and resumed run ends byte-identical to a
+#      straight one.
 file(REMOVE_RECURSE ${WORK_DIR})
 include(${CMAKE_CURRENT_LIST_DIR}/../run_checked.cmake)
 include(${CMAKE_CURRENT_LIST_DIR}/../install_normlab.cmake)
@@ -35,4 +40,35 @@ foreach(v gpt gpt_dyt gpt_periln gpt_gated)
     message(FATAL_ERROR "results.md has no row with a final loss for ${v}:\n${table}")
   endif()
 endforeach()
+
+set(sgd --data synthetic --steps 30 --batch 4 --seq 32 --d 32 --layers 2 --heads 2 --eval-every 10
+        --eval-batches 2 --ckpt-every 7 --threads 2 --quiet --optimizer sgd --lr 0.05 --momentum 0.9
+        --opt dampening=0.1)
+run(${WORK_DIR}/build/train-gpt_dyt ${sgd} --out ${WORK_DIR}/sgd_straight)
+run(${WORK_DIR}/build/train-gpt_dyt ${sgd} --out ${WORK_DIR}/sgd_resumed --stop-at 13)
+run(${WORK_DIR}/build/train-gpt_dyt ${sgd} --out ${WORK_DIR}/sgd_resumed --resume)
+execute_process(COMMAND ${CMAKE_COMMAND} -E compare_files ${WORK_DIR}/sgd_straight/ckpt.safetensors
+                        ${WORK_DIR}/sgd_resumed/ckpt.safetensors RESULT_VARIABLE same)
+if(NOT same EQUAL 0)
+  message(FATAL_ERROR "sgd: the resumed run's final checkpoint differs from the straight run's")
+endif()
+# The JSON header after the 8-byte length (which may hold zero bytes, where a CMake string ends).
+file(READ ${WORK_DIR}/sgd_straight/ckpt.safetensors header OFFSET 8 LIMIT 60000)
+foreach(want "\"optimizer\":\"sgd\"" "\"optim.dampening\":\"0.1\"" "optim/momentum_buffer/lm_head.weight")
+  string(FIND "${header}" "${want}" pos)
+  if(pos EQUAL -1)
+    message(FATAL_ERROR "sgd: the checkpoint's header lacks ${want}")
+  endif()
+endforeach()
+file(STRINGS ${WORK_DIR}/sgd_straight/metrics.jsonl lines)
+list(GET lines 0 first)
+list(GET lines -1 last)
+string(REGEX MATCH "\"train_loss\":[0-9.e+-]+" first_loss "${first}")
+string(REGEX MATCH "\"train_loss\":[0-9.e+-]+" last_loss "${last}")
+string(REPLACE "\"train_loss\":" "" first_loss "${first_loss}")
+string(REPLACE "\"train_loss\":" "" last_loss "${last_loss}")
+if(NOT last_loss LESS first_loss)
+  message(FATAL_ERROR "sgd: loss did not fall (${first_loss} -> ${last_loss})")
+endif()
+message(STATUS "user optimizer sgd: loss ${first_loss} -> ${last_loss}, checkpoint holds its state, resume exact")
 message(STATUS "custom policies: gradcheck passed, trained by normlab's driver, in normlab-ablate's table")

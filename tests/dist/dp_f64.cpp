@@ -1,6 +1,7 @@
-// dp_f64 VARIANT STEPS ACCUM ZERO OUT.jsonl: the driver's data-parallel step
-// (detail::accumulate_gradients over the MPI communicator, then clipping, AdamW
-// and the weight constraint in DataParallel::update; ZERO = 1: ZeRO-1) in float64, on whatever ranks mpirun gives it. Rank 0
+// dp_f64 VARIANT STEPS ACCUM ZERO OUT.jsonl [OPTIMIZER]: the driver's data-parallel step
+// (detail::accumulate_gradients over the MPI communicator, then clipping, the
+// optimizer (AdamW unless OPTIMIZER: lion, muon) and the weight constraint in
+// DataParallel::update; ZERO = 1: ZeRO-1) in float64, on whatever ranks mpirun gives it. Rank 0
 // writes each step's loss and gradient norm; the same program on 1 and on 2
 // ranks must agree to 1e-10 (tests/dist/equivalence_f64.sh): in float64 the
 // only difference, the order of the gradient sums, is ~1e-16 relative.
@@ -20,8 +21,8 @@
 int main(int argc, char** argv) {
   using namespace normlab;
   dist::MpiComm comm(&argc, &argv);
-  if (argc != 6) {
-    std::fprintf(stderr, "usage: dp_f64 VARIANT STEPS ACCUM ZERO OUT.jsonl\n");
+  if (argc != 6 && argc != 7) {
+    std::fprintf(stderr, "usage: dp_f64 VARIANT STEPS ACCUM ZERO OUT.jsonl [OPTIMIZER]\n");
     return 2;
   }
   const std::string variant = argv[1];
@@ -44,9 +45,11 @@ int main(int argc, char** argv) {
     data::BatchSampler sampler(td.train, o.batch, o.seq, 7, "train");
     std::vector<std::int64_t> idx(std::size_t(o.batch * o.seq)), tgt(idx.size());
     Model model(detail::model_config(o, td.vocab_size), dp.local_batch, o.seq);
-    AdamWConfig oc;
-    oc.weight_decay = keeps_unit_hidden<typename Model::scheme> ? 0.0 : 0.1;
-    AdamW<double> opt = detail::make_optimizer(model, oc, dp, o);
+    OptimizerOptions oo;
+    oo.name = argc == 7 ? argv[6] : "adamw";
+    oo.weight_decay = keeps_unit_hidden<typename Model::scheme> ? 0.0 : 0.1;
+    oo.peak_lr = 1e-2;
+    auto opt = detail::make_named_optimizer<builtin_optimizers>(model, oo, dp, o);
     model.init(3);
     std::ofstream out;
     if (comm.rank() == 0) out.open(argv[5], std::ios::trunc);

@@ -3,10 +3,13 @@
 # ranks and continues the same batches: 10 steps on 2 ranks + 10 on 1 process,
 # and 10 on 1 process + 10 on 2 ranks, each equal 20 steps on 1 process
 # (tolerance as in equivalence.sh); the same with ZeRO-1 on the 2 ranks.
-#   resume_ranks.sh TRAIN_EXE COMPARE_METRICS WORKDIR
+#   resume_ranks.sh TRAIN_EXE COMPARE_METRICS WORKDIR [TRAINER FLAGS...]
+# (extra flags, e.g. --optimizer muon: ZeRO-1 gathers and shards that optimizer's state)
 set -euo pipefail
 exe=$1 compare=$2 work=$3
+shift 3
 source "$(dirname "$0")/common.sh"
+tiny+=("$@")
 rm -rf "$work" && mkdir -p "$work"
 "$exe" "${tiny[@]}" --out "$work/straight"
 mpi 2 "$exe" "${tiny[@]}" --stop-at 10 --out "$work/two_then_one"

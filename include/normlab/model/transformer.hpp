@@ -358,6 +358,7 @@ class Transformer {
     const ParamInit w_init = ParamInit::normal(cfg_.base_scale);
     const ParamInit proj_init = ParamInit::normal(cfg_.base_scale / std::sqrt(2.0 * double(cfg_.n_layer)));
     wte_ = params_.add("transformer.wte.weight", {V, C}, ParamRole::matrix, rows, w_init);
+    params_.mark_vocabulary(wte_);
     layers_.resize(static_cast<std::size_t>(cfg_.n_layer));
     for (std::int64_t l = 0; l < cfg_.n_layer; ++l) {
       const std::string p = "transformer.h." + std::to_string(l) + ".";
@@ -382,6 +383,7 @@ class Transformer {
     head_begin_ = params_.size();
     final_norm_.declare(params_, "", "f", cfg_);
     lm_head_ = params_.add("lm_head.weight", {V, C}, ParamRole::matrix, rows, w_init);
+    params_.mark_vocabulary(lm_head_);
     logit_scale_.declare(params_, cfg_);
     if (allocate) params_.finalize();
   }

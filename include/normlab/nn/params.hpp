@@ -56,6 +56,9 @@ struct ParamSpec {
   ParamRole role = ParamRole::matrix;
   NormAxis axis = NormAxis::none;
   ParamInit init;
+  // A matrix with the vocabulary on one side (the embedding, the head): an
+  // optimizer may treat it apart from the hidden matrices (Muon does).
+  bool vocabulary = false;
 };
 
 template <class T>
@@ -75,6 +78,15 @@ class ParamStore {
     total_ += s.numel;
     specs_.push_back(std::move(s));
     return specs_.back().offset;
+  }
+  // Marks the tensor at `offset` as vocabulary-side (ParamSpec::vocabulary).
+  void mark_vocabulary(std::size_t offset) {
+    for (auto& s : specs_)
+      if (s.offset == offset) {
+        s.vocabulary = true;
+        return;
+      }
+    throw Error("mark_vocabulary: no tensor starts at offset " + std::to_string(offset));
   }
   void finalize() {
     value_.assign(total_, T(0));

@@ -18,14 +18,9 @@
 #include "normlab/backend/cpu/backend.hpp"
 #include "normlab/core/error.hpp"
 #include "normlab/nn/params.hpp"
+#include "normlab/optim/optimizer.hpp"
 
 namespace normlab {
-
-struct GroupSettings {
-  double lr_mult = 1.0;
-  double weight_decay = 0.0;
-  double eps = 1e-8;
-};
 
 struct AdamWConfig {
   double beta1 = 0.9;
@@ -35,58 +30,64 @@ struct AdamWConfig {
 };
 
 template <class T, class Backend = cpu_backend>
-class AdamW {
+class AdamW : public OptimizerShard<T> {
  public:
+  using scalar_type = T;
+  using backend = Backend;
   using moments = typename Backend::template vector<T>;
+  static constexpr std::string_view name = "adamw";
 
   AdamW(const ParamStore<T>& store, AdamWConfig cfg) : AdamW(store, cfg, 0, store.size()) {}
   // A shard (ZeRO-1): moments only for the parameters in [begin, end) of the
   // store, whose bounds fall between tensors; step() updates those tensors only.
   AdamW(const ParamStore<T>& store, AdamWConfig cfg, std::size_t begin, std::size_t end)
-      : cfg_(cfg), begin_(begin), end_(end), total_(store.size()) {
-    if (begin > end || end > store.size())
-      throw Error("AdamW: shard [" + std::to_string(begin) + ", " + std::to_string(end) + ") outside the " +
-                  std::to_string(store.size()) + " parameters");
-    for (const ParamSpec& s : store.specs()) {
-      const std::size_t a = s.offset, b = s.offset + s.numel;
-      if ((a < begin && b > begin) || (a < end && b > end))
-        throw Error("AdamW: shard [" + std::to_string(begin) + ", " + std::to_string(end) + ") cuts tensor " + s.name);
-    }
+      : OptimizerShard<T>(store, begin, end, "AdamW"), cfg_(cfg) {
     m_.assign(end - begin, T(0));
     v_.assign(end - begin, T(0));
-    for (auto& g : groups_) g.eps = cfg.eps;
-    group(ParamRole::matrix).weight_decay = cfg.weight_decay;
+    this->set_eps(cfg.eps);
+    this->group(ParamRole::matrix).weight_decay = cfg.weight_decay;
+  }
+  // From a trainer's flags (--beta1, --beta2, --eps, --weight-decay).
+  AdamW(const ParamStore<T>& store, const OptimizerOptions& o, std::size_t begin, std::size_t end)
+      : AdamW(store, config_from(o), begin, end) {}
+  static AdamWConfig config_from(const OptimizerOptions& o) {
+    AdamWConfig c;
+    c.beta1 = o.beta1.value_or(c.beta1);
+    c.beta2 = o.beta2.value_or(c.beta2);
+    c.eps = o.eps;
+    c.weight_decay = o.weight_decay;
+    require_beta(c.beta1, "--beta1");
+    require_beta(c.beta2, "--beta2");
+    require_positive(c.eps, "--eps");
+    require_non_negative(c.weight_decay, "--weight-decay");
+    return c;
   }
 
-  GroupSettings& group(ParamRole r) { return groups_[static_cast<int>(r)]; }
-  const GroupSettings& group(ParamRole r) const { return groups_[static_cast<int>(r)]; }
-  std::int64_t steps_taken() const { return t_; }
   moments& exp_avg() { return m_; }
   moments& exp_avg_sq() { return v_; }
   const moments& exp_avg() const { return m_; }
   const moments& exp_avg_sq() const { return v_; }
-  void set_steps_taken(std::int64_t t) { t_ = t; }
-  // The parameters this optimizer updates ([0, size) unless a shard); the
-  // moments above are indexed from shard_begin().
-  std::size_t shard_begin() const { return begin_; }
-  std::size_t shard_end() const { return end_; }
+  std::vector<StateTensor<T>> state() { return {{"exp_avg", m_.data()}, {"exp_avg_sq", v_.data()}}; }
+  Hyperparameters hyperparameters() const {
+    return {{"beta1", exact_string(cfg_.beta1)}, {"beta2", exact_string(cfg_.beta2)}, {"eps", exact_string(cfg_.eps)},
+            {"weight_decay", exact_string(cfg_.weight_decay)}};
+  }
 
   // One update of every parameter in `store` with the gradients it holds.
   void step(ParamStore<T>& store, double lr) { step(store, store.value(), store.grad(), lr); }
   // The same on the live parameters of a model whose backend has its own
   // memory: values/grads in the store's layout (Transformer::param_values()).
   void step(const ParamStore<T>& store, T* values, const T* grads, double lr) {
-    if (store.size() != total_)
-      throw Error("AdamW::step: parameter store has " + std::to_string(store.size()) +
-                  " values but the optimizer state was built for " + std::to_string(total_));
-    ++t_;
-    const double bc1 = 1.0 - std::pow(cfg_.beta1, double(t_));
-    const double bc2 = 1.0 - std::pow(cfg_.beta2, double(t_));
+    this->begin_step(store);
+    const double t = double(this->steps_taken());
+    const double bc1 = 1.0 - std::pow(cfg_.beta1, t);
+    const double bc2 = 1.0 - std::pow(cfg_.beta2, t);
+    const std::size_t b0 = this->shard_begin();
     for (const ParamSpec& s : store.specs()) {
-      if (s.offset < begin_ || s.offset >= end_) continue;  // another rank's shard
-      const GroupSettings& g = group(s.role);
+      if (!this->owns(s)) continue;  // another rank's shard
+      const GroupSettings& g = this->group(s.role);
       const double glr = lr * g.lr_mult;
-      Backend::adamw_update(values + s.offset, m_.data() + (s.offset - begin_), v_.data() + (s.offset - begin_),
+      Backend::adamw_update(values + s.offset, m_.data() + (s.offset - b0), v_.data() + (s.offset - b0),
                             grads + s.offset, static_cast<std::int64_t>(s.numel), 1.0 - glr * g.weight_decay,
                             g.weight_decay != 0.0, glr / bc1, cfg_.beta1, cfg_.beta2, g.eps, std::sqrt(bc2));
     }
@@ -94,10 +95,7 @@ class AdamW {
 
  private:
   AdamWConfig cfg_;
-  std::array<GroupSettings, kParamRoles> groups_{};
-  std::size_t begin_ = 0, end_ = 0, total_ = 0;
   moments m_, v_;
-  std::int64_t t_ = 0;
 };
 
 // Global L2 norm of n gradients in the Backend's memory (accumulated in double,

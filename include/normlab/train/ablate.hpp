@@ -358,6 +358,9 @@ struct RunSummary {
   std::optional<double> entropy_floor_nats;
   std::string data;
   std::optional<double> lr;  // the peak learning rate the run used (summaries since 2026-12-01)
+  // The optimizer and learning-rate schedule the run used ("adamw", "cosine"):
+  // empty in summaries written before they were recorded (AdamW with a cosine).
+  std::string optimizer, schedule;
 };
 
 inline RunSummary read_summary(const fs::path& summary_json) {
@@ -390,6 +393,15 @@ inline RunSummary read_summary(const fs::path& summary_json) {
   if (const auto d = j.find("data"); d != j.end() && !d->is_null()) {
     if (!d->is_string()) throw Error(where + ": field \"data\" is not a string");
     s.data = d->get<std::string>();
+  }
+  for (const auto& [key, out] : {std::pair<const char*, std::string*>{"optimizer", &s.optimizer},
+                                 std::pair<const char*, std::string*>{"schedule", &s.schedule}}) {
+    const auto it = j.find(key);
+    if (it == j.end() || it->is_null()) continue;
+    const auto name = it->is_object() ? it->find("name") : it->end();
+    if (name == it->end() || !name->is_string())
+      throw Error(where + ": field \"" + key + "\" has no string \"name\" (" + it->dump() + ")");
+    *out = name->get<std::string>();
   }
   return s;
 }
@@ -656,6 +668,23 @@ inline std::string results_markdown(const std::vector<VariantRuns>& variants, Re
       }
     }
     if (!lrs.empty()) os << "- Peak learning rates (from each run's summary.json): " << lrs << "\n";
+  }
+  // Each variant's optimizer and schedule, as its runs' summaries record them.
+  {
+    std::string used;
+    for (const auto& v : variants) {
+      std::vector<std::string> seen;
+      for (const auto& r : v.runs) {
+        const std::string o = (r.summary.optimizer.empty() ? std::string("adamw") : r.summary.optimizer) + " + " +
+                              (r.summary.schedule.empty() ? std::string("cosine") : r.summary.schedule);
+        if (std::find(seen.begin(), seen.end(), o) == seen.end()) seen.push_back(o);
+      }
+      if (seen.empty()) continue;
+      if (!used.empty()) used.append(", ");
+      used.append(detail::md_cell(v.variant)).append(" ");
+      for (std::size_t i = 0; i < seen.size(); ++i) used.append(i ? " / " : "").append(seen[i]);
+    }
+    if (!used.empty()) os << "- Optimizer + schedule (from each run's summary.json): " << used << "\n";
   }
   os << "- Values are mean ± sample sd over seeds; tokens/s is training throughput (eval excluded).\n\n";
 

@@ -1,7 +1,7 @@
 #pragma once
-// Checkpoints in safetensors: parameters under their reference names, AdamW
-// state under optim/exp_avg/<name> and optim/exp_avg_sq/<name>, and metadata
-// (variant, signature, model config, step). Written atomically (temp file,
+// Checkpoints in safetensors: parameters under their reference names, the
+// optimizer's state under optim/<state>/<name> (AdamW: exp_avg, exp_avg_sq),
+// and metadata (variant, signature, model config, optimizer, step). Written atomically (temp file,
 // fsync, rename) so a crash never leaves a half-written checkpoint.
 #include <charconv>
 #include <cmath>
@@ -13,19 +13,14 @@
 #include <string>
 
 #include "normlab/core/error.hpp"
+#include "normlab/core/exact.hpp"
 #include "normlab/io/safetensors.hpp"
 #include "normlab/model/transformer.hpp"
 #include "normlab/optim/adamw.hpp"
+#include "normlab/optim/any_optimizer.hpp"
 #include "normlab/train/variants.hpp"
 
 namespace normlab {
-
-// Shortest text that reads back to the same double.
-inline std::string exact_string(double x) {
-  char buf[32];
-  const auto r = std::to_chars(buf, buf + sizeof buf, x);
-  return std::string(buf, r.ptr);
-}
 
 // ---- metadata readers that name the file and the key (never a raw std:: exception)
 
@@ -116,12 +111,16 @@ std::string variant_name_of() {
   return name.empty() ? Model::variant_signature() : name;
 }
 
-// The model's live values (and the optimizer's moments) are read where they are:
+// The model's live values (and the optimizer's state) are read where they are:
 // host arrays on the CPU; on a backend with its own memory, copied to the host
 // first. The file is the same either way, so checkpoints move between backends.
-template <class Model, class T = typename Model::scalar_type, class Backend = typename Model::backend>
-void save_checkpoint(const std::filesystem::path& path, const Model& model, const AdamW<T, Backend>* opt,
+// The optimizer (any normlab::Optimizer, or null) is recorded by name with its
+// hyperparameters and step count; its state tensors as optim/<state>/<parameter>.
+template <class Model, class Opt>
+void save_checkpoint(const std::filesystem::path& path, const Model& model, const Opt* opt,
                      const std::map<std::string, std::string>& extra_metadata = {}) {
+  using T = typename Model::scalar_type;
+  using Backend = typename Model::backend;
   io::SafetensorsWriter w;
   const ModelConfig& c = model.config();
   w.set_metadata("format", "normlab-checkpoint-1");
@@ -137,43 +136,80 @@ void save_checkpoint(const std::filesystem::path& path, const Model& model, cons
   w.set_metadata("mlp_output_factor", exact_string(model.mlp_output_factor()));
   for (const auto& [k, v] : extra_metadata) w.set_metadata(k, v);
   const auto& store = model.params();
-  if (opt && (opt->shard_begin() != 0 || opt->shard_end() != store.size()))
-    throw Error("save_checkpoint: the optimizer holds a ZeRO shard; gather its moments into a whole AdamW first");
+  const std::int64_t n = static_cast<std::int64_t>(store.size());
+  std::vector<StateTensor<T>> state;
+  if (opt) {
+    if (opt->shard_begin() != 0 || opt->shard_end() != store.size())
+      throw Error("save_checkpoint: the optimizer holds a ZeRO shard; gather its state into a whole optimizer first");
+    state = const_cast<Opt*>(opt)->state();  // read only: state() hands out the buffers
+  }
   const T* values = store.value();
-  const T* m = opt ? opt->exp_avg().data() : nullptr;
-  const T* v = opt ? opt->exp_avg_sq().data() : nullptr;
-  std::vector<T> host;  // device values, moments: (3, n) on the host
+  std::vector<const T*> slots;
+  for (const auto& st : state) slots.push_back(st.data);
+  std::vector<T> host;  // device values and state: (1 + slots, n) on the host
   if constexpr (!Backend::host_memory) {
-    const std::int64_t n = static_cast<std::int64_t>(store.size());
-    host.resize(std::size_t(3 * n));
+    host.resize(std::size_t(n) * (1 + state.size()));
     Backend::download(host.data(), model.param_values(), n);
     values = host.data();
-    if (opt) {
-      Backend::download(host.data() + n, opt->exp_avg().data(), n);
-      Backend::download(host.data() + 2 * n, opt->exp_avg_sq().data(), n);
-      m = host.data() + n;
-      v = host.data() + 2 * n;
+    for (std::size_t k = 0; k < state.size(); ++k) {
+      Backend::download(host.data() + std::size_t(n) * (k + 1), state[k].data, n);
+      slots[k] = host.data() + std::size_t(n) * (k + 1);
     }
   }
   for (const ParamSpec& s : store.specs()) {
     w.add<T>(s.name, s.shape, std::span<const T>(values + s.offset, s.numel));
-    if (opt) {
-      w.add<T>("optim/exp_avg/" + s.name, s.shape, std::span<const T>(m + s.offset, s.numel));
-      w.add<T>("optim/exp_avg_sq/" + s.name, s.shape, std::span<const T>(v + s.offset, s.numel));
-    }
+    for (std::size_t k = 0; k < state.size(); ++k)
+      w.add<T>("optim/" + state[k].name + "/" + s.name, s.shape, std::span<const T>(slots[k] + s.offset, s.numel));
   }
-  if (opt) w.set_metadata("optim_steps", std::to_string(opt->steps_taken()));
+  if (opt) {
+    w.set_metadata("optim_steps", std::to_string(opt->steps_taken()));
+    w.set_metadata("optimizer", optimizer_name_of(*opt));
+    for (const auto& [k, v] : opt->hyperparameters()) w.set_metadata("optim." + k, v);
+  }
   w.write_atomic(path);
+}
+
+// The optimizer a checkpoint's state belongs to: its "optimizer" metadata, or
+// "adamw" for a checkpoint written before normlab recorded it (AdamW was then
+// the only optimizer).
+inline std::string checkpoint_optimizer(const io::SafetensorsFile& f) {
+  return f.metadata().count("optimizer") ? f.metadata_value("optimizer") : std::string("adamw");
+}
+
+// Refuses to resume an optimizer from another optimizer's state, or with other
+// hyperparameters than it was saved with (naming both).
+template <class Opt>
+void check_checkpoint_optimizer(const io::SafetensorsFile& f, const Opt& opt) {
+  const std::string want = optimizer_name_of(opt), got = checkpoint_optimizer(f);
+  if (got != want)
+    throw Error(f.source() + ": checkpoint holds the state of optimizer '" + got + "', this run's optimizer is '" +
+                want + "' (resume with --optimizer " + got + ", or start a new run)");
+  // Before the optimizer was recorded, AdamW always ran with these.
+  const std::map<std::string, std::string> legacy = {{"beta1", "0.9"}, {"beta2", "0.95"}, {"eps", "1e-08"}};
+  const bool recorded = f.metadata().count("optimizer") > 0;
+  for (const auto& [k, v] : opt.hyperparameters()) {
+    const std::string key = "optim." + k;
+    std::string had;
+    if (f.metadata().count(key)) had = f.metadata_value(key);
+    else if (!recorded && legacy.count(k)) had = legacy.at(k);
+    else if (!recorded) continue;  // e.g. weight_decay: the driver checks run.weight_decay
+    else throw Error(f.source() + ": checkpoint of optimizer '" + got + "' lacks its hyperparameter " + k);
+    if (had != v)
+      throw Error(f.source() + ": checkpoint's optimizer has " + k + " = " + had + ", this run's has " + v);
+  }
 }
 
 // Loads parameters (and optimizer state when `opt` is given) into `model`.
 // A checkpoint of another variant or shape is refused with an error naming both.
 // Into the host store (and, on a backend with its own memory, up to the device after).
-template <class Model, class T = typename Model::scalar_type, class Backend = typename Model::backend>
-void load_checkpoint(const io::SafetensorsFile& f, Model& model, AdamW<T, Backend>* opt) {
+template <class Model, class Opt>
+void load_checkpoint(const io::SafetensorsFile& f, Model& model, Opt* opt) {
+  using T = typename Model::scalar_type;
+  using Backend = typename Model::backend;
   if (opt && (opt->shard_begin() != 0 || opt->shard_end() != model.params().size()))
-    throw Error(f.source() + ": load_checkpoint needs a whole optimizer, not a ZeRO shard (load into a whole AdamW, "
-                "then copy the shard)");
+    throw Error(f.source() + ": load_checkpoint needs a whole optimizer, not a ZeRO shard (load into a whole "
+                "optimizer, then copy the shard)");
+  if (opt) check_checkpoint_optimizer(f, *opt);
   const std::string want = variant_name_of<Model>();
   const std::string got = f.metadata().count("variant") ? f.metadata_value("variant") : "<none>";
   const std::string got_sig = f.metadata().count("signature") ? f.metadata_value("signature") : "<none>";
@@ -213,38 +249,36 @@ void load_checkpoint(const io::SafetensorsFile& f, Model& model, AdamW<T, Backen
   }
   auto& store = model.params();
   const std::int64_t n = static_cast<std::int64_t>(store.size());
-  std::vector<T> host;  // moments on the host before they go to the device
-  T* m = nullptr;
-  T* v = nullptr;
-  if (opt) {
-    if constexpr (Backend::host_memory) {
-      m = opt->exp_avg().data();
-      v = opt->exp_avg_sq().data();
-    } else {
-      host.resize(std::size_t(2 * n));
-      m = host.data();
-      v = host.data() + n;
-    }
+  std::vector<StateTensor<T>> state;
+  if (opt) state = opt->state();
+  std::vector<T*> slots;
+  for (const auto& st : state) slots.push_back(st.data);
+  std::vector<T> host;  // the state on the host before it goes to the device
+  if constexpr (!Backend::host_memory) {
+    host.resize(std::size_t(n) * state.size());
+    for (std::size_t k = 0; k < state.size(); ++k) slots[k] = host.data() + std::size_t(n) * k;
   }
   for (const ParamSpec& s : store.specs()) {
     f.read_into<T>(s.name, s.shape, std::span<T>(store.value(s.offset), s.numel));
     require_finite_tensor<T>(std::span<const T>(store.value(s.offset), s.numel), f.source(), s.name);
-    if (opt) {
-      const std::string mn = "optim/exp_avg/" + s.name, vn = "optim/exp_avg_sq/" + s.name;
-      f.read_into<T>(mn, s.shape, std::span<T>(m + s.offset, s.numel));
-      f.read_into<T>(vn, s.shape, std::span<T>(v + s.offset, s.numel));
-      require_finite_tensor<T>(std::span<const T>(m + s.offset, s.numel), f.source(), mn);
-      require_finite_tensor<T>(std::span<const T>(v + s.offset, s.numel), f.source(), vn);
+    for (std::size_t k = 0; k < state.size(); ++k) {
+      const std::string sn = "optim/" + state[k].name + "/" + s.name;
+      f.read_into<T>(sn, s.shape, std::span<T>(slots[k] + s.offset, s.numel));
+      require_finite_tensor<T>(std::span<const T>(slots[k] + s.offset, s.numel), f.source(), sn);
     }
   }
   model.upload_params();
   if (opt) {
-    if constexpr (!Backend::host_memory) {
-      Backend::upload(opt->exp_avg().data(), m, n);
-      Backend::upload(opt->exp_avg_sq().data(), v, n);
-    }
+    if constexpr (!Backend::host_memory)
+      for (std::size_t k = 0; k < state.size(); ++k) Backend::upload(state[k].data, slots[k], n);
     opt->set_steps_taken(checkpoint_int(f, "optim_steps"));
   }
+}
+
+// A model's parameters only (sampling, evaluation): no optimizer state is read.
+template <class Model>
+void load_checkpoint(const io::SafetensorsFile& f, Model& model) {
+  load_checkpoint(f, model, static_cast<AdamW<typename Model::scalar_type, typename Model::backend>*>(nullptr));
 }
 
 }  // namespace normlab

@@ -35,6 +35,7 @@
 #include "normlab/dist/grad_sync.hpp"
 #include "normlab/io/safetensors.hpp"
 #include "normlab/optim/adamw.hpp"
+#include "normlab/optim/any_optimizer.hpp"
 #include "normlab/optim/schedule.hpp"
 #include "normlab/train/checkpoint.hpp"
 #include "normlab/train/cli.hpp"
@@ -57,6 +58,17 @@ struct TrainOptions {
   double min_lr = -1;                // -1: lr / 10
   std::int64_t warmup = -1;          // -1: the variant's default
   double weight_decay = -1;          // -1: the variant's default
+  std::string optimizer = "adamw";   // adamw | lion | muon | a user's (train_main's optimizer list)
+  double beta1 = -1, beta2 = -1;     // -1: the optimizer's default
+  double eps = 1e-8;                 // AdamW's (and Muon's AdamW part's)
+  double momentum = 0.95;            // Muon
+  std::int64_t ns_steps = 5;         // Muon: Newton–Schulz iterations
+  bool nesterov = true;              // Muon
+  double muon_lr = 0.02;             // Muon: peak rate of the hidden matrices
+  std::map<std::string, double> opt_params;  // --opt KEY=VALUE, for a user's optimizer
+  std::string schedule = "cosine";   // constant | cosine | wsd
+  double decay_frac = 0.2;           // wsd: fraction of the steps spent decaying
+  std::string decay_shape = "linear";  // wsd: linear | 1-sqrt
   double grad_clip = 1.0;
   std::int64_t accum = 1;
   std::uint64_t seed = 1;
@@ -84,6 +96,54 @@ void apply_variant_defaults(TrainOptions& o) {
   constexpr bool normalized = keeps_unit_hidden<typename Model::scheme>;
   if (o.warmup < 0) o.warmup = normalized ? 0 : o.steps / 10;
   if (o.weight_decay < 0) o.weight_decay = normalized ? 0.0 : 0.1;
+}
+
+// The optimizer's hyperparameters from a run's flags (after the variant's defaults).
+inline OptimizerOptions optimizer_options(const TrainOptions& o) {
+  OptimizerOptions oo;
+  oo.name = o.optimizer;
+  if (o.beta1 >= 0) oo.beta1 = o.beta1;
+  if (o.beta2 >= 0) oo.beta2 = o.beta2;
+  oo.eps = o.eps;
+  oo.weight_decay = o.weight_decay < 0 ? 0.0 : o.weight_decay;
+  oo.momentum = o.momentum;
+  oo.ns_steps = o.ns_steps;
+  oo.nesterov = o.nesterov;
+  oo.muon_lr = o.muon_lr;
+  oo.peak_lr = o.lr;
+  oo.extra = o.opt_params;
+  return oo;
+}
+
+// The learning-rate schedule of a run's flags, for a run of `steps` steps.
+inline LrSchedule schedule_of(const TrainOptions& o, std::int64_t steps) {
+  LrSchedule sched;
+  sched.kind = LrSchedule::parse(o.schedule);
+  sched.decay = LrSchedule::parse_decay(o.decay_shape);
+  sched.lr = o.lr;
+  sched.min_lr = o.min_lr;
+  sched.warmup = o.warmup;
+  sched.total_steps = steps;
+  sched.decay_frac = o.decay_frac;
+  sched.validate();
+  return sched;
+}
+
+// What the schedule prints in a run header: "cosine to 0.001", "wsd: ...".
+inline std::string describe_schedule(const LrSchedule& s) {
+  char b[256];
+  switch (s.kind) {
+    case LrSchedule::Kind::constant: return "constant";
+    case LrSchedule::Kind::warmup_cosine:
+      std::snprintf(b, sizeof b, "cosine to %g", s.min_lr);
+      return b;
+    case LrSchedule::Kind::wsd:
+      std::snprintf(b, sizeof b, "warmup-stable-decay: stable to step %lld, then %s decay over %lld steps to %g",
+                    (long long)s.decay_start(), s.decay_name().c_str(), (long long)s.decay_steps(), s.min_lr);
+      return b;
+    case LrSchedule::Kind::custom: return s.custom_name;
+  }
+  return "?";
 }
 
 namespace detail {
@@ -222,7 +282,9 @@ RunMemory plan_run_memory(const ModelConfig& mc, const TrainOptions& o) {
   const auto plan = Model::memory_plan(mc, o.batch, o.seq);
   m.parameters = double(plan.parameters);
   m.gradients = double(plan.gradients + plan.scratch);
-  m.optimizer = 2.0 * double(plan.parameters);  // AdamW's two moments
+  // The optimizer's state: two values per parameter (AdamW's moments; Muon's
+  // momentum and AdamW's second moment), one for Lion.
+  m.optimizer = (o.optimizer == "lion" ? 1.0 : 2.0) * double(plan.parameters);
   m.activations = double(plan.activations);
   m.batches = double(plan.tokens) + 2.0 * tokens * sizeof(std::int64_t);  // the model's copy + the driver's batch
   using B = typename Model::backend;
@@ -374,13 +436,18 @@ struct DataParallel {
     comm.allgather_shards(model.param_values(), shards);
     model.apply_constraint();
   }
-  // ZeRO-1: the whole optimizer state on rank 0 (for its checkpoint; elsewhere empty).
-  template <class Store, class T, class B>
-  std::optional<AdamW<T, B>> gather_optimizer(const Store& store, const AdamW<T, B>& opt, AdamWConfig cfg) {
-    std::optional<AdamW<T, B>> whole;
-    if (comm.rank() == 0) whole.emplace(store, cfg);
-    comm.gather_shards(opt.exp_avg().data(), whole ? whole->exp_avg().data() : nullptr, shards);
-    comm.gather_shards(opt.exp_avg_sq().data(), whole ? whole->exp_avg_sq().data() : nullptr, shards);
+  // ZeRO-1: the whole optimizer state on rank 0 (for its checkpoint; elsewhere
+  // empty). `make_whole()` builds an unsharded optimizer of the same kind; each
+  // of its state tensors is gathered from every rank's shard.
+  template <class Opt, class MakeWhole>
+  std::optional<Opt> gather_optimizer(Opt& opt, MakeWhole&& make_whole) {
+    std::optional<Opt> whole;
+    if (comm.rank() == 0) whole.emplace(make_whole());
+    const auto mine = opt.state();
+    std::vector<StateTensor<typename Opt::scalar_type>> all;
+    if (whole) all = whole->state();
+    for (std::size_t k = 0; k < mine.size(); ++k)
+      comm.gather_shards(mine[k].data, whole ? all[k].data : nullptr, shards);
     if (whole) whole->set_steps_taken(opt.steps_taken());
     return whole;
   }
@@ -397,6 +464,17 @@ AdamW<T, typename Model::backend> make_optimizer(Model& model, const AdamWConfig
     return Opt(model.params(), oc, dp.shard_begin(), dp.shard_end());
   }
   return Opt(model.params(), oc);
+}
+// The run's optimizer chosen by --optimizer among `List`, the same way.
+template <class List, class Model, class Comm, class T = typename Model::scalar_type>
+AnyOptimizer<T, typename Model::backend> make_named_optimizer(Model& model, const OptimizerOptions& oo,
+                                                              DataParallel<Comm>& dp, const TrainOptions& o) {
+  using B = typename Model::backend;
+  if (o.zero == 1 && dp.distributed()) {
+    dp.make_shards(model.params());
+    return make_optimizer_named<T, B>(List{}, model.params(), oo, dp.shard_begin(), dp.shard_end());
+  }
+  return make_optimizer_named<T, B>(List{}, model.params(), oo, 0, model.params().size());
 }
 
 // The communicator must reduce the memory the backend computes in: MPI host
@@ -517,6 +595,22 @@ inline std::vector<std::pair<std::string, std::string>> flags_fingerprint(const 
           {"min-lr", exact_string(o.min_lr)},
           {"warmup", std::to_string(o.warmup)},
           {"weight-decay", exact_string(o.weight_decay)},
+          {"optimizer", o.optimizer},
+          {"beta1", exact_string(o.beta1)},
+          {"beta2", exact_string(o.beta2)},
+          {"eps", exact_string(o.eps)},
+          {"momentum", exact_string(o.momentum)},
+          {"ns-steps", std::to_string(o.ns_steps)},
+          {"nesterov", o.nesterov ? "yes" : "no"},
+          {"muon-lr", exact_string(o.muon_lr)},
+          {"opt", [&] {
+             std::string t;
+             for (const auto& [k, v] : o.opt_params) t += k + "=" + exact_string(v) + ";";
+             return t;
+           }()},
+          {"schedule", o.schedule},
+          {"decay-frac", exact_string(o.decay_frac)},
+          {"decay-shape", o.decay_shape},
           {"grad-clip", exact_string(o.grad_clip)},
           {"accum", std::to_string(o.accum)},
           {"seed", std::to_string(o.seed)},
@@ -624,7 +718,8 @@ void check_parameters_agree(Comm& comm, const Store& params, std::int64_t step) 
 // steps of the same work as training (o.accum micro-batches, clipping, AdamW,
 // constraint; no evaluation, no checkpoint); writes OUT/step_time.json
 // {"variant", "step_time_s": median, "steps", "tokens_per_step"} and nothing else.
-template <class Tag, class Comm = dist::SingleProcess, class Backend = cpu_backend>
+template <class Tag, class Comm = dist::SingleProcess, class Backend = cpu_backend,
+          class Optimizers = builtin_optimizers>
 int time_training(TrainOptions o, Comm& comm) {
   using Model = model_of<Tag, float, Backend>;
   detail::require_reachable_memory<Comm, Backend>();
@@ -644,9 +739,7 @@ int time_training(TrainOptions o, Comm& comm) {
   plan_run_memory<Model>(mc, detail::per_rank(o, dp));
   std::vector<std::int64_t> idx(static_cast<std::size_t>(o.batch * o.seq)), tgt(idx.size());
   Model model(mc, dp.local_batch, o.seq);
-  AdamWConfig oc;
-  oc.weight_decay = o.weight_decay;
-  auto opt = detail::make_optimizer(model, oc, dp, o);
+  auto opt = detail::make_named_optimizer<Optimizers>(model, optimizer_options(o), dp, o);
   model.init(o.seed);
   std::vector<double> times, exposed;
   for (std::int64_t i = 0; i < o.time_steps + 2; ++i) {
@@ -688,10 +781,11 @@ int time_training(TrainOptions o, Comm& comm) {
 // (`comm`): every rank draws the same global batch and computes its rows; rank 0
 // alone prints and writes metrics, checkpoints and the summary. Returns the
 // process exit code.
-template <class Tag, class Comm = dist::SingleProcess, class Backend = cpu_backend>
+template <class Tag, class Comm = dist::SingleProcess, class Backend = cpu_backend,
+          class Optimizers = builtin_optimizers>
 int run_training(TrainOptions o, Comm& comm) {
   using Model = model_of<Tag, float, Backend>;
-  using Opt = AdamW<float, Backend>;
+  using Opt = AnyOptimizer<float, Backend>;
   detail::require_reachable_memory<Comm, Backend>();
   if constexpr (requires { Backend::require_device(); }) Backend::require_device();
   namespace fs = std::filesystem;
@@ -749,26 +843,28 @@ int run_training(TrainOptions o, Comm& comm) {
   std::vector<std::int64_t> idx(static_cast<std::size_t>(o.batch * o.seq)), tgt(idx.size());
   data::eval_batch(td.val, o.batch, o.seq, 0, idx.data(), tgt.data(), "val");
 
+  const LrSchedule sched = schedule_of(o, o.steps);
+  const OptimizerOptions oo = optimizer_options(o);
   Model model(mc, dp.local_batch, o.seq);
-  AdamWConfig oc;
-  oc.weight_decay = o.weight_decay;
-  Opt opt = detail::make_optimizer(model, oc, dp, o);
-  if (dp.zero()) memory.optimizer = 2.0 * sizeof(float) * double(dp.shard_end() - dp.shard_begin());
-  LrSchedule sched;
-  sched.kind = LrSchedule::Kind::warmup_cosine;
-  sched.lr = o.lr;
-  sched.min_lr = o.min_lr;
-  sched.warmup = o.warmup;
-  sched.total_steps = o.steps;
+  Opt opt = detail::make_named_optimizer<Optimizers>(model, oo, dp, o);
+  if (dp.zero())
+    memory.optimizer = double(opt.state().size()) * sizeof(float) * double(dp.shard_end() - dp.shard_begin());
 
   // What defines the run: a resume with other values is refused.
-  const std::map<std::string, std::string> run_meta = {
+  std::map<std::string, std::string> run_meta = {
       {"run.data", td.description},  {"run.batch", std::to_string(o.batch)},
       {"run.seq", std::to_string(o.seq)}, {"run.lr", exact_string(o.lr)},
       {"run.min_lr", exact_string(o.min_lr)}, {"run.warmup", std::to_string(o.warmup)},
       {"run.weight_decay", exact_string(o.weight_decay)}, {"run.grad_clip", exact_string(o.grad_clip)},
       {"run.accum", std::to_string(o.accum)}, {"run.seed", std::to_string(o.seed)},
-      {"run.steps", std::to_string(o.steps)}};
+      {"run.steps", std::to_string(o.steps)}, {"run.optimizer", o.optimizer},
+      {"run.schedule", sched.name()}};
+  if (sched.kind == LrSchedule::Kind::wsd) {
+    run_meta["run.decay_frac"] = exact_string(o.decay_frac);
+    run_meta["run.decay_shape"] = sched.decay_name();
+  }
+  // Written before normlab recorded them: those runs were AdamW with a cosine.
+  const std::map<std::string, std::string> legacy_meta = {{"run.optimizer", "adamw"}, {"run.schedule", "cosine"}};
 
   if (lead) fs::create_directories(o.out);
   std::int64_t start = 0;
@@ -776,24 +872,46 @@ int run_training(TrainOptions o, Comm& comm) {
   if (resumed) {
     const io::SafetensorsFile& f = *resumed;
     if (dp.zero()) {
-      // The whole state, then this rank's piece of the moments (in the backend's memory).
-      Opt whole(model.params(), oc);
+      // The whole state, then this rank's piece of each state tensor (in the backend's memory).
+      Opt whole = make_optimizer_named<float, Backend>(Optimizers{}, model.params(), oo, 0, model.params().size());
       load_checkpoint(f, model, &whole);
       const auto piece = static_cast<std::int64_t>(dp.shard_end() - dp.shard_begin());
-      Backend::copy(opt.exp_avg().data(), whole.exp_avg().data() + dp.shard_begin(), piece);
-      Backend::copy(opt.exp_avg_sq().data(), whole.exp_avg_sq().data() + dp.shard_begin(), piece);
+      const auto mine = opt.state(), all = whole.state();
+      for (std::size_t k = 0; k < mine.size(); ++k)
+        Backend::copy(mine[k].data, all[k].data + dp.shard_begin(), piece);
       Backend::synchronize();  // the copies (asynchronous on a GPU) are done before `whole` is freed
       opt.set_steps_taken(whole.steps_taken());
     } else {
       load_checkpoint(f, model, &opt);
     }
-    for (const auto& [k, v] : run_meta) {
-      if (k == "run.steps") continue;  // a resume may extend the run
-      const std::string got = f.metadata().count(k) ? f.metadata_value(k) : "<none>";
+    auto check_meta = [&](const std::string& k, const std::string& v) {
+      const std::string got = f.metadata().count(k)        ? f.metadata_value(k)
+                              : legacy_meta.count(k) != 0 ? legacy_meta.at(k)
+                                                          : "<none>";
       if (got != v)
         throw Error(ckpt.string() + ": checkpoint has " + k.substr(4) + " = " + got + ", this run has " + v);
-    }
+    };
+    // The optimizer and the schedule first: they name what differs before their settings do.
+    check_meta("run.optimizer", run_meta.at("run.optimizer"));
+    check_meta("run.schedule", run_meta.at("run.schedule"));
+    for (const auto& [k, v] : run_meta)
+      if (k != "run.steps") check_meta(k, v);  // a resume may extend the run
     start = checkpoint_int(f, "train.steps_done");
+    // A longer (or shorter) run must give the steps already taken the rates they
+    // had: true of a constant rate and of a WSD run still in its stable phase; a
+    // cosine's length changes its whole curve, which resuming has always allowed.
+    if (sched.kind != LrSchedule::Kind::warmup_cosine && f.metadata().count("run.steps")) {
+      const std::int64_t planned = checkpoint_int(f, "run.steps");
+      const std::int64_t k = first_rate_difference(schedule_of(o, planned), sched, start);
+      if (k >= 0)
+        throw Error(ckpt.string() + ": the run was planned for " + std::to_string(planned) + " steps and is " +
+                    std::to_string(start) + " steps in; with --steps " + std::to_string(o.steps) + " its " +
+                    sched.name() + " schedule would have given step " + std::to_string(k + 1) +
+                    " another learning rate (" + exact_string(sched.at(k)) + " instead of " +
+                    exact_string(schedule_of(o, planned).at(k)) +
+                    "): a WSD run can grow only before its decay begins; resume with --steps " +
+                    std::to_string(planned));
+    }
     // Temporary files of checkpoint writes a kill interrupted: never read, safe to drop.
     if (lead)
       for (const auto& e : fs::directory_iterator(o.out))
@@ -823,7 +941,10 @@ int run_training(TrainOptions o, Comm& comm) {
       if (dp.distributed()) model.download_params();
     detail::check_parameters_agree(comm, model.params(), steps_done);
     std::optional<Opt> whole;
-    if (dp.zero()) whole = dp.gather_optimizer(model.params(), opt, oc);
+    if (dp.zero())
+      whole = dp.gather_optimizer(opt, [&] {
+        return make_optimizer_named<float, Backend>(Optimizers{}, model.params(), oo, 0, model.params().size());
+      });
     if (!lead) return;
     auto meta = run_meta;
     const data::SamplerState st = sampler.state();
@@ -860,7 +981,10 @@ int run_training(TrainOptions o, Comm& comm) {
       std::printf("backend: %s (float32 parameters, gradients, moments and activations; the step runs on the "
                   "device, the host keeps the data and writes checkpoints)\n",
                   std::string(Backend::name).c_str());
-    std::printf("learning rate: %g, %s; cosine to %g\n", o.lr, lr_source.c_str(), o.min_lr);
+    std::printf("learning rate: %g, %s; %s\n", o.lr, lr_source.c_str(), describe_schedule(sched).c_str());
+    std::string hp;
+    for (const auto& [k, v] : opt.hyperparameters()) hp += (hp.empty() ? "" : ", ") + k + " " + v;
+    std::printf("optimizer: %s (%s)\n", std::string(opt.kind()).c_str(), hp.c_str());
     std::printf("memory: %s planned%s (%s)\n", detail::gib(memory.total()).c_str(),
                 dp.distributed() ? " per rank" : "", memory.breakdown().c_str());
     if (dp.distributed())
@@ -872,9 +996,11 @@ int run_training(TrainOptions o, Comm& comm) {
       std::string per;
       for (int r = 0; r < comm.size(); ++r)
         per += (r ? ", " : "") + std::string("rank ") + std::to_string(r) + " " +
-               detail::gib(8.0 * double(dp.shards[std::size_t(r) + 1] - dp.shards[std::size_t(r)]));
-      std::printf("ZeRO-1: AdamW moments sharded by whole tensors: %s (unsharded %s each)\n", per.c_str(),
-                  detail::gib(8.0 * double(model.params().size())).c_str());
+               detail::gib(4.0 * double(opt.state().size()) *
+                           double(dp.shards[std::size_t(r) + 1] - dp.shards[std::size_t(r)]));
+      std::printf("ZeRO-1: %s's state sharded by whole tensors: %s (unsharded %s each)\n",
+                  std::string(opt.kind()).c_str(), per.c_str(),
+                  detail::gib(4.0 * double(opt.state().size()) * double(model.params().size())).c_str());
     }
   }
   if (!o.quiet && std::isfinite(td.entropy_floor_nats))
@@ -955,6 +1081,14 @@ int run_training(TrainOptions o, Comm& comm) {
                             {"data", td.description}};
   summary["entropy_floor_nats"] =
       std::isfinite(td.entropy_floor_nats) ? nlohmann::json(td.entropy_floor_nats) : nlohmann::json(nullptr);
+  nlohmann::json hp = nlohmann::json::object();
+  for (const auto& [k, v] : opt.hyperparameters()) hp[k] = v;
+  summary["optimizer"] = {{"name", std::string(opt.kind())}, {"hyperparameters", hp}};
+  summary["schedule"] = {{"name", sched.name()}, {"warmup", o.warmup}, {"min_lr", o.min_lr}};
+  if (sched.kind == LrSchedule::Kind::wsd) {
+    summary["schedule"]["decay_frac"] = o.decay_frac;
+    summary["schedule"]["decay_shape"] = sched.decay_name();
+  }
   if (dp.distributed()) summary["ranks"] = comm.size();
   if (lead) detail::write_text_atomically(summary_path, summary.dump(2) + "\n");
   if (!o.quiet)
@@ -1036,7 +1170,8 @@ struct TrainCommand {
 };
 
 inline std::optional<int> parse_train_command(int argc, const char* const* argv, std::string_view variant,
-                                              std::string_view isolates, TrainCommand& cmd, double default_lr = 0) {
+                                              std::string_view isolates, TrainCommand& cmd, double default_lr = 0,
+                                              const std::string& extra_optimizers = "") {
   TrainOptions& o = cmd.train;
   SampleOptions& so = cmd.sample;
   CLI::App app{"Train the '" + std::string(variant) + "' variant (" + std::string(isolates) +
@@ -1065,6 +1200,30 @@ inline std::optional<int> parse_train_command(int argc, const char* const* argv,
       ->check(non_negative_integer());
   app.add_option("--weight-decay", o.weight_decay, "AdamW decay of matrices (default: 0.1 GPT, 0 nGPT/anGPT)")
       ->check(non_negative_real());
+  app.add_option("--optimizer", o.optimizer,
+                 "adamw | lion | muon (Muon orthogonalizes the hidden matrices' updates; AdamW runs the embedding, "
+                 "head, gains, scales and alpha)" + std::string(extra_optimizers.empty() ? "" : " | " + extra_optimizers))
+      ->capture_default_str();
+  app.add_option("--beta1", o.beta1, "first-moment decay (default: AdamW 0.9, Lion 0.9; Muon's AdamW part 0.9)")
+      ->check(real(0, false, 1));
+  app.add_option("--beta2", o.beta2, "second-moment decay (default: AdamW 0.95, Lion 0.99)")->check(real(0, false, 1));
+  app.add_option("--eps", o.eps, "AdamW's epsilon")->capture_default_str()->check(positive_real());
+  app.add_option("--momentum", o.momentum, "Muon's momentum")->capture_default_str()->check(real(0, false, 1));
+  app.add_option("--ns-steps", o.ns_steps, "Muon's Newton-Schulz iterations")->capture_default_str()->check(integer(1, 100));
+  app.add_option("--nesterov", o.nesterov, "Muon: Nesterov momentum (true/false)")->capture_default_str();
+  app.add_option("--muon-lr", o.muon_lr,
+                 "Muon: peak learning rate of the hidden matrices (the schedule scales it as --lr)")
+      ->capture_default_str()->check(positive_real());
+  std::vector<std::string> opt_params;
+  app.add_option("--opt", opt_params, "KEY=VALUE: a hyperparameter of a user's optimizer (repeatable)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  app.add_option("--schedule", o.schedule, "learning-rate schedule: constant | cosine (warmup, then cosine to "
+                                           "--min-lr) | wsd (warmup, stable, then decay to --min-lr)")
+      ->capture_default_str()->check(CLI::IsMember({"constant", "cosine", "wsd"}));
+  app.add_option("--decay-frac", o.decay_frac, "wsd: fraction of the steps spent decaying")
+      ->capture_default_str()->check(real(0, true, 1));
+  app.add_option("--decay-shape", o.decay_shape, "wsd: linear | 1-sqrt")
+      ->capture_default_str()->check(CLI::IsMember({"linear", "1-sqrt"}));
   app.add_option("--grad-clip", o.grad_clip, "global gradient-norm clip (0 = off)")->capture_default_str()->check(non_negative_real());
   app.add_option("--accum", o.accum, "micro-batches per step")->capture_default_str()->check(positive_integer());
   app.add_option("--seed", o.seed, "seed of initialisation and batches")->capture_default_str()->check(non_negative_integer());
@@ -1105,6 +1264,15 @@ inline std::optional<int> parse_train_command(int argc, const char* const* argv,
   app.add_option("--top-k", so.top_k, "sample among the k most likely (0 = all)")->capture_default_str()->check(non_negative_integer());
   if (const auto rc = normlab::cli::parse(app, argc, argv)) return rc;
   if (!max_memory.empty()) parse_bytes(max_memory, o.max_memory);
+  for (const std::string& kv : opt_params) {
+    const std::size_t eq = kv.find('=');
+    double x = 0;
+    if (eq == std::string::npos || eq == 0 || !cli::detail::parse_real(kv.substr(eq + 1), x) || !std::isfinite(x)) {
+      std::fprintf(stderr, "--opt %s: expected KEY=VALUE with a finite number\n", kv.c_str());
+      return 2;
+    }
+    o.opt_params[kv.substr(0, eq)] = x;
+  }
   cmd.sampling = static_cast<bool>(*sample);
   if (cmd.sampling) so.seed = o.seed;
   return std::nullopt;
@@ -1149,7 +1317,10 @@ inline void prefer_short_omp_spin(char** argv) {
 // build) the run is data parallel over N ranks with the same global --batch.
 // Backend: cpu_backend, or cuda_backend for the train-<variant>-cuda executables
 // (one process, the same flags, metrics and checkpoints; --sample runs on the CPU).
-template <class Tag, class Comm = default_communicator, class Backend = cpu_backend>
+// Optimizers: the ones --optimizer may name (builtin_optimizers, or a user's
+// optimizer_list<AdamW, Lion, Muon, MyOptimizer>).
+template <class Tag, class Comm = default_communicator, class Backend = cpu_backend,
+          class Optimizers = builtin_optimizers>
 int train_main(int argc, char** argv) {
   detail::prefer_short_omp_spin(argv);
   std::optional<Comm> comm_storage;
@@ -1162,7 +1333,11 @@ int train_main(int argc, char** argv) {
   }
   Comm& comm = *comm_storage;
   TrainCommand cmd;
-  if (auto rc = parse_train_command(argc, argv, Tag::name, Tag::isolates, cmd, Tag::default_lr)) {
+  const std::string all_optimizers = detail::optimizer_names<float, Backend>(Optimizers{});
+  const std::string builtins = detail::optimizer_names<float, Backend>(builtin_optimizers{});
+  const std::string extra_optimizers =
+      all_optimizers.size() > builtins.size() ? all_optimizers.substr(builtins.size() + 2) : "";
+  if (auto rc = parse_train_command(argc, argv, Tag::name, Tag::isolates, cmd, Tag::default_lr, extra_optimizers)) {
     // A rank that stops here while the others go on would leave them waiting in a collective.
     if (comm.size() > 1 && *rc != 0) comm.abort(*rc);
     return *rc;
@@ -1196,6 +1371,16 @@ int train_main(int argc, char** argv) {
       throw Error("--d " + std::to_string(o.d) + " must be a multiple of --heads " + std::to_string(o.heads) +
                   " with an even head dimension");
     if (o.stop_at > o.steps) throw Error("--stop-at must not exceed --steps");
+    {
+      bool known = false;
+      std::size_t a = 0;
+      while (a <= all_optimizers.size()) {
+        const std::size_t e = std::min(all_optimizers.find(", ", a), all_optimizers.size());
+        known = known || all_optimizers.substr(a, e - a) == o.optimizer;
+        a = e + 2;
+      }
+      if (!known) throw Error("--optimizer " + o.optimizer + ": unknown optimizer (known: " + all_optimizers + ")");
+    }
     if (cmd.sampling) {
       std::printf("%s\n", run_sampling<Tag>(so).c_str());
       return 0;
@@ -1206,13 +1391,20 @@ int train_main(int argc, char** argv) {
       if (min_lr > lr) throw Error("--min-lr " + exact_string(min_lr) + " must not exceed --lr " + exact_string(lr));
       const ModelConfig mc = detail::model_config(o, o.vocab > 0 ? o.vocab : 256);
       mc.validate();
+      {
+        TrainOptions t = o;
+        t.lr = lr;
+        t.min_lr = min_lr;
+        apply_variant_defaults<Model>(t);
+        schedule_of(t, t.steps);
+      }
       const RunMemory m = plan_run_memory<Model>(mc, o);
       std::printf("train-%s: dry run: flags valid; memory %s planned (%s); nothing trained\n",
                   std::string(Tag::name).c_str(), detail::gib(m.total()).c_str(), m.breakdown().c_str());
       return 0;
     }
-    if (o.time_steps > 0) return time_training<Tag, Comm, Backend>(o, comm);
-    return run_training<Tag, Comm, Backend>(o, comm);
+    if (o.time_steps > 0) return time_training<Tag, Comm, Backend, Optimizers>(o, comm);
+    return run_training<Tag, Comm, Backend, Optimizers>(o, comm);
   } catch (const std::bad_alloc&) {
     return fail(2, "out of memory (an allocation failed although the plan fitted; lower --batch, --seq or --d)");
   } catch (const std::exception& e) {

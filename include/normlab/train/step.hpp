@@ -1,5 +1,6 @@
 #pragma once
-// One optimizer step of a model: forward, backward, clip, AdamW, constraint.
+// One optimizer step of a model: forward, backward, clip, the optimizer (any
+// normlab::Optimizer, AdamW by default), constraint.
 // The constraint is applied to the optimizer's own parameters (the master
 // copy) right after the update, so the next step starts from the sphere.
 #include <cstdint>
@@ -15,12 +16,13 @@ struct StepResult {
 
 // On any backend: the model's live gradients and parameters are the
 // optimizer's (its moments are in the same memory).
-template <class Model, class T = typename Model::scalar_type, class Backend = typename Model::backend>
-StepResult train_step(Model& model, AdamW<T, Backend>& opt, const std::int64_t* idx, const std::int64_t* targets,
+template <class Model, class Opt>
+StepResult train_step(Model& model, Opt& opt, const std::int64_t* idx, const std::int64_t* targets,
                       std::int64_t B, std::int64_t Tn, double lr, double grad_clip) {
   StepResult r;
   r.loss = model.forward(idx, targets, B, Tn);
   model.backward();
+  using Backend = typename Model::backend;
   r.grad_norm = clip_grad_norm<Backend>(model.param_grads(), static_cast<std::int64_t>(model.params().size()),
                                         grad_clip);
   opt.step(model.params(), model.param_values(), model.param_grads(), lr);

@@ -169,6 +169,32 @@ struct cpu_backend {
       P -= step_size * (M / (Vs.sqrt() / sqrt_bc2 + eps));
     });
   }
+  // One Lion update of n values (optim/lion.hpp): c = β₁m + (1−β₁)g,
+  // p ← p·decay − lr·sign(c), m ← β₂m + (1−β₂)g. Elementwise: any split, same bits.
+  template <class T>
+  static void lion_update(T* p, T* m, const T* g, std::int64_t n, double decay_, bool decayed, double lr_,
+                          double beta1, double beta2) {
+    const T decay = T(decay_), lr = T(lr_), b1 = T(beta1), b2 = T(beta2);
+    cpu::parallel_for(n, n > cpu::kParallelGrain, [&](std::int64_t i) {
+      const T c = b1 * m[i] + (T(1) - b1) * g[i];
+      const T sgn = c > T(0) ? T(1) : (c < T(0) ? T(-1) : T(0));
+      T pv = p[i];
+      if (decayed) pv *= decay;
+      p[i] = pv - lr * sgn;
+      m[i] = b2 * m[i] + (T(1) - b2) * g[i];
+    });
+  }
+  // Muon's momentum (optim/muon.hpp): m ← βm + (1−β)g, then the update
+  // direction u = (1−β)g + βm (Nesterov) or u = m.
+  template <class T>
+  static void muon_momentum(T* u, T* m, const T* g, std::int64_t n, double beta_, bool nesterov) {
+    const T b = T(beta_);
+    cpu::parallel_for(n, n > cpu::kParallelGrain, [&](std::int64_t i) {
+      const T mv = b * m[i] + (T(1) - b) * g[i];
+      m[i] = mv;
+      u[i] = nesterov ? (T(1) - b) * g[i] + b * mv : mv;
+    });
+  }
   // Σ x² in double: fixed chunks summed in parallel (each in cpu::lane_sum's
   // fixed order), then added in chunk order (the same bits for any thread count).
   template <class T>

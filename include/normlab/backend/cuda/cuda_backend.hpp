@@ -374,6 +374,14 @@ struct cuda_backend {
     cuda::k::adamw_constrain(p, m, v, g, nullptr, cuda::Dtype::f32, 1, n, cuda::ConstraintAxis::none,
                              cuda::ConstraintKind::none, hp, stream());
   }
+  // Lion (optim/lion.hpp) and Muon's momentum (optim/muon.hpp): the CPU's expressions.
+  static void lion_update(float* p, float* m, const float* g, std::int64_t n, double decay, bool decayed, double lr,
+                          double beta1, double beta2) {
+    cuda::k::lion_update(p, m, g, n, float(decay), decayed, float(lr), float(beta1), float(beta2), stream());
+  }
+  static void muon_momentum(float* u, float* m, const float* g, std::int64_t n, double beta, bool nesterov) {
+    cuda::k::muon_momentum(u, m, g, n, float(beta), nesterov, stream());
+  }
   // Σ x² in double with a fixed reduction tree (the global gradient norm).
   static double sum_squares(const float* x, std::int64_t n) {
     double* part = scratch<double>(cuda::Backend::kNormPartial, cuda::k::kSumSqBlocks);

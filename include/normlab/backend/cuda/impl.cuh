@@ -289,6 +289,19 @@ void scale_inplace(float* x, float c, std::int64_t n, cudaStream_t s) {
   NORMLAB_CUDA_CHECK_LAUNCH();
 }
 
+void lion_update(float* p, float* m, const float* g, std::int64_t n, float decay, bool decayed, float lr, float beta1,
+                 float beta2, cudaStream_t s) {
+  if (n <= 0) return;
+  dev::lion_kernel<<<flat_blocks(n), 256, 0, s>>>(p, m, g, n, decay, decayed, lr, beta1, beta2);
+  NORMLAB_CUDA_CHECK_LAUNCH();
+}
+
+void muon_momentum(float* u, float* m, const float* g, std::int64_t n, float beta, bool nesterov, cudaStream_t s) {
+  if (n <= 0) return;
+  dev::muon_momentum_kernel<<<flat_blocks(n), 256, 0, s>>>(u, m, g, n, beta, nesterov);
+  NORMLAB_CUDA_CHECK_LAUNCH();
+}
+
 void adamw_constrain(float* p, float* m, float* v, const float* g, void* copy, Dtype copy_dt, std::int64_t R,
                      std::int64_t L, ConstraintAxis axis, ConstraintKind kind, AdamHyper hp, cudaStream_t s) {
   if (kind == ConstraintKind::none) axis = ConstraintAxis::none;

@@ -173,6 +173,11 @@ void sum_squares(double* out, double* partial, const float* x, std::int64_t n, c
 // x ← c·x in place (float32).
 void scale_inplace(float* x, float c, std::int64_t n, cudaStream_t s);
 
+// Lion's update (optim/lion.hpp) and Muon's momentum (optim/muon.hpp), elementwise.
+void lion_update(float* p, float* m, const float* g, std::int64_t n, float decay, bool decayed, float lr, float beta1,
+                 float beta2, cudaStream_t s);
+void muon_momentum(float* u, float* m, const float* g, std::int64_t n, float beta, bool nesterov, cudaStream_t s);
+
 struct AdamHyper {
   float decay = 1;       // 1 − lr·wd (applied only when `decayed`)
   bool decayed = false;

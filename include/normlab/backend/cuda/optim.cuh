@@ -27,6 +27,29 @@ __global__ void scale_inplace_kernel(float* x, float c, std::int64_t n) {
     x[i] *= c;
 }
 
+// Lion (optim/lion.hpp), in the CPU backend's expression order.
+__global__ void lion_kernel(float* p, float* m, const float* g, std::int64_t n, float decay, bool decayed, float lr,
+                            float b1, float b2) {
+  for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += std::int64_t(gridDim.x) * blockDim.x) {
+    const float gv = g[i], mv = m[i];
+    const float c = b1 * mv + (1.f - b1) * gv;
+    const float sgn = c > 0.f ? 1.f : (c < 0.f ? -1.f : 0.f);
+    float pv = p[i];
+    if (decayed) pv *= decay;
+    p[i] = pv - lr * sgn;
+    m[i] = b2 * mv + (1.f - b2) * gv;
+  }
+}
+// Muon's momentum and update direction (optim/muon.hpp).
+__global__ void muon_momentum_kernel(float* u, float* m, const float* g, std::int64_t n, float b, bool nesterov) {
+  for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += std::int64_t(gridDim.x) * blockDim.x) {
+    const float gv = g[i];
+    const float mv = b * m[i] + (1.f - b) * gv;
+    m[i] = mv;
+    u[i] = nesterov ? (1.f - b) * gv + b * mv : mv;
+  }
+}
+
 // p, m, v updated in place; returns the new p. Same expression order as the CPU's Eigen arrays.
 __device__ __forceinline__ float adam_one(float* p, float* m, float* v, const float* g, std::int64_t i,
                                           const k::AdamHyper& hp) {
