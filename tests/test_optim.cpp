@@ -371,3 +371,18 @@ TEST_CASE("optim: a checkpoint names its optimizer; another optimizer's state is
     for (std::size_t i = 0; i < model.params().size(); ++i) REQUIRE(a[k].data[i] == b[k].data[i]);
   std::remove(path.c_str());
 }
+
+TEST_CASE("optim: a user's schedule by name, beside the built-ins", "[optim]") {
+  register_schedule("test_halving", [](std::int64_t step, const LrSchedule& s) { return s.lr / double(1 << (step / 10)); });
+  LrSchedule settings;
+  settings.lr = 0.8;
+  const LrSchedule mine = make_schedule("test_halving", settings);
+  CHECK(mine.kind == LrSchedule::Kind::custom);
+  CHECK(mine.name() == "test_halving");
+  CHECK(mine.at(0) == 0.8);
+  CHECK(mine.at(25) == 0.2);
+  CHECK(make_schedule("wsd", settings).kind == LrSchedule::Kind::wsd);
+  CHECK_THROWS_WITH(make_schedule("cyclic", settings), Catch::Contains("cyclic") && Catch::Contains("test_halving"));
+  CHECK_THROWS_WITH(register_schedule("cosine", mine.custom_fn), Catch::Contains("built-in"));
+  user_schedules().erase("test_halving");
+}

@@ -71,4 +71,20 @@ if(NOT last_loss LESS first_loss)
   message(FATAL_ERROR "sgd: loss did not fall (${first_loss} -> ${last_loss})")
 endif()
 message(STATUS "user optimizer sgd: loss ${first_loss} -> ${last_loss}, checkpoint holds its state, resume exact")
+
+# The user's own schedule (train_custom.cpp: register_schedule("inv_sqrt", ...)):
+# 4 warmup steps, then lr·sqrt(4/(step+1)); step 16 (0-based 15) runs at 0.05·sqrt(4/16) = 0.025.
+run(${WORK_DIR}/build/train-gpt_dyt --data synthetic --steps 16 --batch 4 --seq 32 --d 32 --layers 2 --heads 2
+    --eval-every 0 --eval-batches 1 --ckpt-every 0 --quiet --lr 0.05 --min-lr 0 --warmup 4 --schedule inv_sqrt
+    --out ${WORK_DIR}/inv_sqrt)
+file(STRINGS ${WORK_DIR}/inv_sqrt/metrics.jsonl lines)
+list(GET lines -1 last)
+if(NOT last MATCHES "\"lr\":0\.025[,}]")
+  message(FATAL_ERROR "inv_sqrt: the last step's rate is not 0.025: ${last}")
+endif()
+file(READ ${WORK_DIR}/inv_sqrt/summary.json summary)
+if(NOT summary MATCHES "\"name\": \"inv_sqrt\"")
+  message(FATAL_ERROR "inv_sqrt: summary.json does not name the schedule:\n${summary}")
+endif()
+message(STATUS "user schedule inv_sqrt: the driver ran it (last rate 0.025) and recorded its name")
 message(STATUS "custom policies: gradcheck passed, trained by normlab's driver, in normlab-ablate's table")

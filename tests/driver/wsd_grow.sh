@@ -21,5 +21,5 @@ rc=$?
 set -e
 echo "$out"
 [ "$rc" -eq 2 ] || { echo "expected exit 2 for growing a run inside its decay, got $rc"; exit 1; }
-grep -q "can grow only before its decay begins" <<<"$out" || { echo "no sentence naming the decay"; exit 1; }
+grep -q "a WSD run: before its decay begins" <<<"$out" || { echo "no sentence naming the decay"; exit 1; }
 echo "wsd: grown in its stable phase, refused inside its decay"

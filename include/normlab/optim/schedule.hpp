@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 
 #include "normlab/core/error.hpp"
@@ -99,6 +100,37 @@ struct LrSchedule {
     throw Error("unknown decay shape '" + name + "' (expected linear or 1-sqrt)");
   }
 };
+
+// A user's schedules by name, for the trainers' --schedule: register one before
+// calling train_main (a trainer then accepts --schedule NAME; its checkpoints
+// record the name, and a resume under another is refused). The function gets
+// the 0-based step and the run's settings (lr, min_lr, warmup, total_steps).
+using ScheduleFn = std::function<double(std::int64_t, const LrSchedule&)>;
+inline std::map<std::string, ScheduleFn>& user_schedules() {
+  static std::map<std::string, ScheduleFn> m;
+  return m;
+}
+inline void register_schedule(const std::string& name, ScheduleFn fn) {
+  if (name == "constant" || name == "cosine" || name == "warmup_cosine" || name == "wsd")
+    throw Error("register_schedule: '" + name + "' is a built-in schedule's name");
+  if (name.empty() || !fn) throw Error("register_schedule: a schedule needs a name and a function");
+  user_schedules()[name] = std::move(fn);
+}
+// The schedule called `name` with these settings: a built-in, else a registered one.
+inline LrSchedule make_schedule(const std::string& name, LrSchedule settings) {
+  if (const auto it = user_schedules().find(name); it != user_schedules().end()) {
+    settings.kind = LrSchedule::Kind::custom;
+    settings.custom_name = name;
+    settings.custom_fn = it->second;
+    return settings;
+  }
+  std::string known = "constant, cosine, wsd";
+  for (const auto& [k, f] : user_schedules()) known += ", " + k;
+  if (name != "constant" && name != "cosine" && name != "warmup_cosine" && name != "wsd")
+    throw Error("unknown learning-rate schedule '" + name + "' (known: " + known + ")");
+  settings.kind = LrSchedule::parse(name);
+  return settings;
+}
 
 // Whether `now` gives every one of the first `done` steps the rate `before`
 // gave it: a resume whose schedule changed (a longer WSD run already in its

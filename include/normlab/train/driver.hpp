@@ -118,13 +118,13 @@ inline OptimizerOptions optimizer_options(const TrainOptions& o) {
 // The learning-rate schedule of a run's flags, for a run of `steps` steps.
 inline LrSchedule schedule_of(const TrainOptions& o, std::int64_t steps) {
   LrSchedule sched;
-  sched.kind = LrSchedule::parse(o.schedule);
   sched.decay = LrSchedule::parse_decay(o.decay_shape);
   sched.lr = o.lr;
   sched.min_lr = o.min_lr;
   sched.warmup = o.warmup;
   sched.total_steps = steps;
   sched.decay_frac = o.decay_frac;
+  sched = make_schedule(o.schedule, sched);
   sched.validate();
   return sched;
 }
@@ -909,7 +909,8 @@ int run_training(TrainOptions o, Comm& comm) {
                     sched.name() + " schedule would have given step " + std::to_string(k + 1) +
                     " another learning rate (" + exact_string(sched.at(k)) + " instead of " +
                     exact_string(schedule_of(o, planned).at(k)) +
-                    "): a WSD run can grow only before its decay begins; resume with --steps " +
+                    "): a run may change its length only where the steps taken keep their rates (a WSD run: "
+                    "before its decay begins); resume with --steps " +
                     std::to_string(planned));
     }
     // Temporary files of checkpoint writes a kill interrupted: never read, safe to drop.
@@ -1217,9 +1218,19 @@ inline std::optional<int> parse_train_command(int argc, const char* const* argv,
   std::vector<std::string> opt_params;
   app.add_option("--opt", opt_params, "KEY=VALUE: a hyperparameter of a user's optimizer (repeatable)")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  app.add_option("--schedule", o.schedule, "learning-rate schedule: constant | cosine (warmup, then cosine to "
-                                           "--min-lr) | wsd (warmup, stable, then decay to --min-lr)")
-      ->capture_default_str()->check(CLI::IsMember({"constant", "cosine", "wsd"}));
+  std::string schedules = "constant | cosine (warmup, then cosine to --min-lr) | wsd (warmup, stable, then decay "
+                          "to --min-lr)";
+  for (const auto& [name, fn] : user_schedules()) schedules += " | " + name;
+  app.add_option("--schedule", o.schedule, "learning-rate schedule: " + schedules)
+      ->capture_default_str()
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            if (v == "constant" || v == "cosine" || v == "wsd" || user_schedules().count(v)) return {};
+            std::string known = "constant, cosine, wsd";
+            for (const auto& [name, fn] : user_schedules()) known += ", " + name;
+            return "unknown schedule '" + v + "' (known: " + known + ")";
+          },
+          "SCHEDULE"));
   app.add_option("--decay-frac", o.decay_frac, "wsd: fraction of the steps spent decaying")
       ->capture_default_str()->check(real(0, true, 1));
   app.add_option("--decay-shape", o.decay_shape, "wsd: linear | 1-sqrt")
