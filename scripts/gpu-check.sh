@@ -29,7 +29,9 @@
 # stage (so a call cut off at its limit still returns what finished), and one log
 # per stage: build.log, tests.log, trainers.log (bench.log, bench.json with --bench).
 # Without a GPU (scripts/gpu-rehearsal.sh) it builds for CUDA_ARCH (default 90)
-# and the GPU tests and trainers must report skipped.
+# and the GPU tests and trainers must report skipped; GPU_CHECK_BUILD_SCALE
+# multiplies the build limits (the rehearsal's 2 cores: 8) and GPU_CHECK_BUDGET
+# sets the budget.
 #   bash scripts/gpu-check.sh [--bench [benchmark flags, e.g. --batch=4]]
 # Exit: 0 when every stage passed (or, without a GPU, skipped as expected).
 set -uo pipefail
@@ -38,6 +40,8 @@ start=$(date +%s)
 BENCH=0
 if [ "${1:-}" = "--bench" ]; then BENCH=1; shift; fi
 BUDGET=${GPU_CHECK_BUDGET:-500}
+# The build limits are for 16 cores; the offline rehearsal on 2 scales them (and the budget).
+BUILD_SCALE=${GPU_CHECK_BUILD_SCALE:-1}
 BUILD_DIR=${BUILD_DIR:-build-gpu}
 OUTDIR=${OUT:-$BUILD_DIR/logs}
 WORKLOGS=$BUILD_DIR/worklogs  # every test's and trainer's own log (not brought back)
@@ -140,7 +144,7 @@ build() {
   local name=$1 want=$2 t0 lim r
   shift 2
   t0=$(date +%s)
-  lim=$(stage_limit "$want")
+  lim=$(stage_limit $(( want * BUILD_SCALE )))
   if [ "$lim" -eq 0 ]; then out_of_time "$name"; return 1; fi
   NOW="$name"
   write_summary

@@ -103,6 +103,8 @@ done
 if curl -s -m 3 -o /dev/null https://deb.debian.org 2>/dev/null; then echo "rehearsal: network reachable!"; exit 9; fi
 echo "rehearsal: no network; system copies hidden: $(ls /usr/include/eigen3 | wc -l) entries in /usr/include/eigen3, $(ls /usr/lib/$MULTIARCH/openmpi 2>/dev/null | wc -l) in openmpi"
 [ -d "$WHEEL/nvidia" ] && export PYTHONPATH=$WHEEL
+# 2 cores here, 16 there: the build limits 8 times longer, the budget to match.
+export GPU_CHECK_BUILD_SCALE=8 GPU_CHECK_BUDGET=4000
 cd "$WORK/clone" || exit 8
 OUT="$WORK/logs" bash scripts/gpu-check.sh
 first=$?
