@@ -66,7 +66,9 @@ write_summary() {
     echo
     if [ -s "$OUTDIR/bench.log" ]; then sed -n '/==== normlab CUDA summary/,$p' "$OUTDIR/bench.log"; echo; fi
     echo "state: $NOW"
-    echo "gpu-check: $([ $rc -eq 0 ] && echo PASS || echo FAIL)$([ "${HAVE_GPU:-0}" -eq 0 ] && echo ' (no GPU: GPU tests skipped as expected)') (logs in $OUTDIR)"
+    local so_far=""
+    [[ $NOW == done* || $NOW == stopped* ]] || so_far=" so far"
+    echo "gpu-check: $([ $rc -eq 0 ] && echo PASS || echo FAIL)$so_far$([ "${HAVE_GPU:-0}" -eq 0 ] && echo ' (no GPU: GPU tests skipped as expected)') (logs in $OUTDIR)"
   } > "$summary.tmp" && mv "$summary.tmp" "$summary"
 }
 # The seconds a stage may take: its own limit, or what is left of the budget
@@ -91,7 +93,7 @@ fail_stage() {
 }
 
 NVCC=${CUDACXX:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
-[ -x "$NVCC" ] || { NOW="no nvcc found (set CUDACXX)"; rc=1; write_summary; cat "$summary"; exit 1; }
+[ -x "$NVCC" ] || { NOW="stopped: no nvcc found (set CUDACXX)"; rc=1; write_summary; cat "$summary"; exit 1; }
 NVCC_VERSION=$("$NVCC" --version | tail -1)
 
 # The GPU, if any, and its architecture (compute capability 9.0 -> 90).

@@ -110,7 +110,8 @@ OUT="$WORK/logs" bash scripts/gpu-check.sh
 first=$?
 # The same call in a fresh build folder, killed (SIGKILL, the whole process
 # group) while it builds the tests: what it wrote before must remain.
-BUILD_DIR=build-gpu-killed OUT="$WORK/killed" setsid bash scripts/gpu-check.sh > "$WORK/killed.out" 2>&1 &
+# (ccache off, so the tests' build takes minutes and the kill lands inside it)
+CCACHE_DISABLE=1 BUILD_DIR=build-gpu-killed OUT="$WORK/killed" setsid bash scripts/gpu-check.sh > "$WORK/killed.out" 2>&1 &
 pid=$!
 for _ in $(seq 1500); do
   grep -q "^| configure | PASS" "$WORK/killed/summary.md" 2>/dev/null && break
