@@ -15,10 +15,11 @@
 #   build trainers  train-<variant>-cuda, 10 variants                       200 s
 #   trainers    each 20 steps through the driver (exit 0, finite, falling)  12 s each
 # Work after the builds: 290 s of tests + 120 s of trainers = 410 s at most. The
-# builds on 16 cores: this machine (2 cores) builds the tests' kernels.cu for one
-# architecture and the four test programs in about 6 min and one trainer in about
-# 60 s of one core (docs/cuda.md); on 16 cores the tests' build is bound by its
-# longest unit (about 90 s) and the trainers run 10 units side by side (about 90 s).
+# builds, estimated from the CPU machine (2 cores, 2026-12-03): kernels.cu for one
+# architecture 14 s of nvcc; the tests' build (two architectures, four programs)
+# 139 s and the 10 trainers' 218-535 s (ccache partly warm, the cores shared); one
+# trainer unit is 46-78 s of one core. On 16 cores each build is bound by its
+# longest unit, about 60-90 s.
 # A stage that would outrun the budget is not started and says so.
 #
 # Second call (--bench): configure (kept from the first call when the machine is
