@@ -104,6 +104,17 @@ double clip_and_step(Model& m, Opt& opt, double lr, double clip) {
 // tighter than the CPU's float32 path); parameters after two steps 5e-4, the
 // golden check's. Step 0 clips hard (max norm 1e-2, far below a fresh model's
 // gradient norm), so the clipped gradients are compared too.
+// Both models from the same parameters: the CPU model's initial values rounded
+// to float32, on the GPU too.
+template <class Cpu, class Gpu>
+void start_equal(Cpu& cpu, Gpu& gpu) {
+  for (std::size_t i = 0; i < cpu.params().size(); ++i) {
+    gpu.params().values()[i] = float(cpu.params().values()[i]);
+    cpu.params().values()[i] = double(gpu.params().values()[i]);
+  }
+  gpu.upload_params();
+}
+
 template <class Tag>
 void check_against_cpu(Tally& t, int steps) {
   const ModelConfig mc = small_config();
@@ -111,12 +122,8 @@ void check_against_cpu(Tally& t, int steps) {
   CpuOracle<Tag> cpu(mc, B, T);
   cpu.init(7);
   GpuModel<Tag> gpu(mc, B, T);
-  for (std::size_t i = 0; i < cpu.params().size(); ++i) {
-    gpu.params().values()[i] = float(cpu.params().values()[i]);
-    cpu.params().values()[i] = double(gpu.params().values()[i]);  // both start from the float32-rounded values
-  }
+  start_equal(cpu, gpu);
   const std::vector<float> p0(gpu.params().values().begin(), gpu.params().values().end());
-  gpu.upload_params();
   AdamWConfig oc;
   oc.weight_decay = 0.1;
   AdamW<double> opt_cpu(cpu.params(), oc);
@@ -172,11 +179,7 @@ void check_optimizer_against_cpu(Tally& t, const std::string& name, double tol) 
   CpuOracle<Tag> cpu(mc, B, T);
   cpu.init(7);
   GpuModel<Tag> gpu(mc, B, T);
-  for (std::size_t i = 0; i < cpu.params().size(); ++i) {
-    gpu.params().values()[i] = float(cpu.params().values()[i]);
-    cpu.params().values()[i] = double(gpu.params().values()[i]);
-  }
-  gpu.upload_params();
+  start_equal(cpu, gpu);
   OptimizerOptions oo;
   oo.name = name;
   oo.weight_decay = 0.1;
@@ -210,11 +213,7 @@ void check_decode(Tally& t) {
   CpuOracle<Tag> cpu(mc, 1, 16);
   cpu.init(11);
   GpuModel<Tag> gpu(mc, 1, 16);
-  for (std::size_t i = 0; i < cpu.params().size(); ++i) {
-    gpu.params().values()[i] = float(cpu.params().values()[i]);
-    cpu.params().values()[i] = double(gpu.params().values()[i]);
-  }
-  gpu.upload_params();
+  start_equal(cpu, gpu);
   auto kc = cpu.make_kv_cache();
   auto kg = gpu.make_kv_cache();
   double worst = 0;

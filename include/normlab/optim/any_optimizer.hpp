@@ -100,6 +100,13 @@ std::string optimizer_names(optimizer_list<Opts...>) {
 }
 }  // namespace detail
 
+// Whether `List` has an optimizer called `name` (the trainers check --optimizer
+// before anything is loaded; make_optimizer_named refuses the same names).
+template <class T, class Backend, template <class, class> class... Opts>
+bool has_optimizer_named(optimizer_list<Opts...>, std::string_view name) {
+  return ((Opts<T, Backend>::name == name) || ...);
+}
+
 // The optimizer called o.name among `List`, over [begin, end) of the store;
 // an unknown name is refused naming the known ones.
 template <class T, class Backend, template <class, class> class... Opts>

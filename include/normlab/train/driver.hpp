@@ -847,6 +847,10 @@ int run_training(TrainOptions o, Comm& comm) {
   const OptimizerOptions oo = optimizer_options(o);
   Model model(mc, dp.local_batch, o.seq);
   Opt opt = detail::make_named_optimizer<Optimizers>(model, oo, dp, o);
+  // An unsharded optimizer of the same kind: ZeRO-1 loads into it and gathers into it.
+  auto make_whole = [&] {
+    return make_optimizer_named<float, Backend>(Optimizers{}, model.params(), oo, 0, model.params().size());
+  };
   if (dp.zero())
     memory.optimizer = double(opt.state().size()) * sizeof(float) * double(dp.shard_end() - dp.shard_begin());
 
@@ -873,7 +877,7 @@ int run_training(TrainOptions o, Comm& comm) {
     const io::SafetensorsFile& f = *resumed;
     if (dp.zero()) {
       // The whole state, then this rank's piece of each state tensor (in the backend's memory).
-      Opt whole = make_optimizer_named<float, Backend>(Optimizers{}, model.params(), oo, 0, model.params().size());
+      Opt whole = make_whole();
       load_checkpoint(f, model, &whole);
       const auto piece = static_cast<std::int64_t>(dp.shard_end() - dp.shard_begin());
       const auto mine = opt.state(), all = whole.state();
@@ -943,9 +947,7 @@ int run_training(TrainOptions o, Comm& comm) {
     detail::check_parameters_agree(comm, model.params(), steps_done);
     std::optional<Opt> whole;
     if (dp.zero())
-      whole = dp.gather_optimizer(opt, [&] {
-        return make_optimizer_named<float, Backend>(Optimizers{}, model.params(), oo, 0, model.params().size());
-      });
+      whole = dp.gather_optimizer(opt, make_whole);
     if (!lead) return;
     auto meta = run_meta;
     const data::SamplerState st = sampler.state();
@@ -1382,16 +1384,8 @@ int train_main(int argc, char** argv) {
       throw Error("--d " + std::to_string(o.d) + " must be a multiple of --heads " + std::to_string(o.heads) +
                   " with an even head dimension");
     if (o.stop_at > o.steps) throw Error("--stop-at must not exceed --steps");
-    {
-      bool known = false;
-      std::size_t a = 0;
-      while (a <= all_optimizers.size()) {
-        const std::size_t e = std::min(all_optimizers.find(", ", a), all_optimizers.size());
-        known = known || all_optimizers.substr(a, e - a) == o.optimizer;
-        a = e + 2;
-      }
-      if (!known) throw Error("--optimizer " + o.optimizer + ": unknown optimizer (known: " + all_optimizers + ")");
-    }
+    if (!has_optimizer_named<float, Backend>(Optimizers{}, o.optimizer))
+      throw Error("--optimizer " + o.optimizer + ": unknown optimizer (known: " + all_optimizers + ")");
     if (cmd.sampling) {
       std::printf("%s\n", run_sampling<Tag>(so).c_str());
       return 0;
