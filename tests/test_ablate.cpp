@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "normlab/train/ablate.hpp"
+#include "normlab/train/context_report.hpp"
 
 namespace fs = std::filesystem;
 namespace ab = normlab::ablate;
@@ -550,6 +551,86 @@ TEST_CASE("ablate: the plot draws every seed and, with several seeds, their mean
   CHECK(gp.find("\n0.1 2.5\nEOD", m) != std::string::npos);
 }
 
+TEST_CASE("ablate: a named baseline is the main table's reference; each further one gets its own table",
+          "[ablate]") {
+  TempDir tmp;
+  // gpt ends at 2.0, gpt_qknorm at 1.5, ngpt at 1.0; all linear from 4.0 over 100k tokens, 1 s per eval.
+  std::vector<ab::VariantRuns> runs;
+  runs.push_back({"gpt", {make_run(tmp.path, "gpt", 1, linear(4.0, 2.0, 1.0), 0.1)}});
+  runs.push_back({"gpt_qknorm", {make_run(tmp.path, "gpt_qknorm", 1, linear(4.0, 1.5, 1.0), 0.1)}});
+  runs.push_back({"ngpt", {make_run(tmp.path, "ngpt", 1, linear(4.0, 1.0, 1.0), 0.1)}});
+  const ab::Analysis a = ab::analyze(runs, {}, "gpt_qknorm");
+  CHECK(a.baseline == "gpt_qknorm");
+  CHECK_FALSE(a.baseline_is_gpt);
+  CHECK(a.target_loss == Approx(1.5));
+  // ngpt: 4.0 -> 1.0 reaches 1.5 at 2.5/3.0 of 100k tokens; the reference is 100k.
+  REQUIRE(a.rows.size() == 3);
+  CHECK(*a.rows[2].speedup_tokens == Approx(100000.0 / (100000.0 * 2.5 / 3.0)));
+  CHECK_FALSE(a.rows[0].speedup_tokens.has_value());  // gpt never gets to 1.5
+  CHECK_THROWS_WITH(ab::analyze(runs, {}, "gpt_plus"),
+                    Catch::Contains("the baseline \"gpt_plus\" is not one of the variants"));
+
+  ab::ReportInfo info;
+  info.baselines = {"gpt_qknorm", "gpt"};
+  const std::string md = ab::results_markdown(runs, info);
+  INFO(md);
+  CHECK(md.find("Baseline: gpt_qknorm: GPT+ (GPT with QK-norm), the baseline of the nGPT and anGPT papers; "
+                "speedups against gpt in their own tables below") != std::string::npos);
+  CHECK(row_of(md, "gpt_qknorm (baseline)").find("| 1.00 |") != std::string::npos);
+  CHECK(row_of(md, "ngpt").find("| 1.20 |") != std::string::npos);
+  // The table against gpt: target 2.0, ngpt reaches it at 2/3 of 100k tokens (1.50x),
+  // gpt_qknorm at 2/2.5 (1.25x).
+  const auto against = md.find("## Against gpt: plain GPT");
+  REQUIRE(against != std::string::npos);
+  const std::string tail = md.substr(against);
+  CHECK(tail.find("Target: gpt's mean final val loss, 2.0000") != std::string::npos);
+  CHECK(row_of(tail, "gpt (baseline)") == "| gpt (baseline) | 100000 | 1.00 | 10.0 | 1.00 |");
+  CHECK(row_of(tail, "gpt_qknorm") == "| gpt_qknorm | 80000 | 1.25 | 8.0 | 1.25 |");
+  CHECK(row_of(tail, "ngpt") == "| ngpt | 66667 | 1.50 | 6.7 | 1.50 |");
+}
+
+namespace {
+
+void write_eval_json(const fs::path& p, std::int64_t trained, const std::vector<std::pair<int, double>>& losses) {
+  std::string s = "{\"variant\": \"x\", \"trained_context\": " + std::to_string(trained) + ", \"lengths\": [";
+  for (std::size_t i = 0; i < losses.size(); ++i)
+    s += std::string(i ? ", " : "") + "{\"length\": " + std::to_string(losses[i].first) +
+         ", \"loss\": " + std::to_string(losses[i].second) + ", \"bucket_start\": [], \"bucket_loss\": []}";
+  write(p, s + "]}\n");
+}
+
+}  // namespace
+
+TEST_CASE("ablate: the loss past the training context, averaged over seeds, as a table and a plot", "[ablate]") {
+  TempDir tmp;
+  write_eval_json(tmp.path / "a1.json", 128, {{128, 1.5}, {256, 2.0}, {512, 3.0}});
+  write_eval_json(tmp.path / "a2.json", 128, {{128, 1.7}, {256, 2.2}, {512, 3.4}});
+  write_eval_json(tmp.path / "b1.json", 128, {{128, 1.4}, {256, 1.45}, {512, 1.5}});
+  std::vector<ab::ContextEval> evals{ab::read_context_eval(tmp.path / "a1.json", "gpt", 1),
+                                     ab::read_context_eval(tmp.path / "a2.json", "gpt", 2),
+                                     ab::read_context_eval(tmp.path / "b1.json", "ngpt", 1)};
+  CHECK(evals[0].trained_context == 128);
+  CHECK(evals[1].loss == std::vector<double>{1.7, 2.2, 3.4});
+  const std::string md = ab::context_markdown(evals, "how");
+  INFO(md);
+  CHECK(md.find("| variant | T = 128 (1×) | T = 256 (2×) | T = 512 (4×) | rise 128 → 512 |") != std::string::npos);
+  // gpt: means 1.6, 2.1, 3.2 with sd 0.1414, 0.1414, 0.2828; rise 3.2 - 1.6.
+  CHECK(row_of(md, "gpt") == "| gpt | 1.6000 ± 0.1414 | 2.1000 ± 0.1414 | 3.2000 ± 0.2828 | +1.6000 |");
+  CHECK(row_of(md, "ngpt") == "| ngpt | 1.4000 | 1.4500 | 1.5000 | +0.1000 |");
+  const std::string gp = ab::context_plot_script(evals, "c.png", "c.svg");
+  CHECK(gp.find("$ctx0 << EOD\n128 1.6000000000000001\n256 2.1000000000000001\n512 3.2000000000000002\nEOD") !=
+        std::string::npos);
+  CHECK(gp.find("set arrow from 128, graph 0 to 128, graph 1") != std::string::npos);
+  CHECK(gp.find("set output 'c.png'") != std::string::npos);
+
+  // Bad files name themselves and what is wrong.
+  write(tmp.path / "bad.json", "{\"lengths\": [{\"length\": 128}]}");
+  CHECK_THROWS_WITH(ab::read_context_eval(tmp.path / "bad.json", "gpt", 1),
+                    Catch::Contains("bad.json") && Catch::Contains("a number \"loss\""));
+  CHECK_THROWS_WITH(ab::read_context_eval(tmp.path / "none.json", "gpt", 1),
+                    Catch::Contains("none.json: cannot open"));
+}
+
 #ifdef NORMLAB_ABLATE_EXE
 
 namespace {
@@ -798,6 +879,50 @@ TEST_CASE("ablate: usage mistakes get a sentence that says what to do", "[ablate
   // --seeds forgotten.
   CHECK(run_ablate("--variants gpt" + st.dirs(), log) == 2);
   CHECK(slurp(log).find("--seeds is required") != std::string::npos);
+}
+
+TEST_CASE("ablate: --baselines and --extrapolate: tables against both baselines, normlab-eval on every run",
+          "[ablate][cli]") {
+  CliStudy st({{"gpt", 2.0}, {"gpt_qknorm", 1.5}, {"ngpt", 1.0}});
+  // A fake normlab-eval: records its arguments and writes eval.json whose loss rises with the multiple.
+  const fs::path ev = st.bin / "normlab-eval";
+  write(ev, "#!/bin/sh\nout=''; prev=''\nfor a in \"$@\"; do case \"$prev\" in --out) out=$a ;; esac; prev=$a; done\n"
+            "mkdir -p \"$out\"; printf '%s\\n' \"$@\" > \"$out/args.txt\"\n"
+            "printf '{\"trained_context\": 64, \"lengths\": [{\"length\": 64, \"loss\": 1.0}, "
+            "{\"length\": 128, \"loss\": 1.5}]}' > \"$out/eval.json\"\n");
+  fs::permissions(ev, fs::perms::owner_all, fs::perm_options::replace);
+  const int rc = run_ablate("--variants gpt,gpt_qknorm,ngpt --seeds 1 --baselines gpt_qknorm,gpt --extrapolate 2,1" +
+                                st.dirs() + " -- --steps 100 --data brown --data-dir /d --seq 64",
+                            st.log);
+  const std::string text = slurp(st.log);
+  INFO(text);
+  REQUIRE(rc == 0);
+  const std::string md = slurp(st.out / "results.md");
+  CHECK(md.find("Baseline: gpt_qknorm: GPT+") != std::string::npos);
+  CHECK(md.find("## Against gpt: plain GPT") != std::string::npos);
+  CHECK(md.find("## Past the training context") != std::string::npos);
+  CHECK(row_of(md, "ngpt (baseline)").empty());
+  CHECK(md.find("| ngpt | 1.0000 | 1.5000 | +0.5000 |") != std::string::npos);
+  // normlab-eval got the checkpoint, the multiples (sorted) and the data flags.
+  CHECK(slurp(st.out / "ngpt" / "seed1" / "context" / "args.txt") ==
+        (st.out / "ngpt" / "seed1" / "ckpt.safetensors").string() + "\n--multiples\n1,2\n--out\n" +
+            (st.out / "ngpt" / "seed1" / "context").string() + "\n--data\nbrown\n--data-dir\n/d\n");
+  CHECK(fs::exists(st.out / "context.gp"));
+  // A rerun skips the finished evaluations; --report-only keeps both baselines and the table.
+  fs::remove(st.out / "ngpt" / "seed1" / "context" / "args.txt");
+  REQUIRE(run_ablate("--variants gpt,gpt_qknorm,ngpt --seeds 1 --baselines gpt_qknorm,gpt --extrapolate 1,2" +
+                         st.dirs() + " -- --steps 100 --data brown --data-dir /d --seq 64",
+                     st.log) == 0);
+  CHECK_FALSE(fs::exists(st.out / "ngpt" / "seed1" / "context" / "args.txt"));
+  REQUIRE(run_ablate("--report-only --out '" + st.out.string() + "'", st.log) == 0);
+  const std::string md2 = slurp(st.out / "results.md");
+  CHECK(md2.find("## Against gpt: plain GPT") != std::string::npos);
+  CHECK(md2.find("| ngpt | 1.0000 | 1.5000 | +0.5000 |") != std::string::npos);
+  // Mistakes: a baseline that is not a variant, a multiple out of range.
+  CHECK(run_ablate("--variants gpt --seeds 1 --baselines gpt_qknorm" + st.dirs(), st.log) == 2);
+  CHECK(slurp(st.log).find("--baselines: \"gpt_qknorm\" is not one of --variants") != std::string::npos);
+  CHECK(run_ablate("--variants gpt --seeds 1 --extrapolate 1,0" + st.dirs(), st.log) == 2);
+  CHECK(slurp(st.log).find("--extrapolate: \"0\" is not a multiple") != std::string::npos);
 }
 
 #endif  // NORMLAB_ABLATE_EXE

@@ -4,7 +4,9 @@
 // Runs every train-<variant> once per seed, one after another, each with
 // `--seed S --out DIR/<variant>/seed<S>` followed by the pass-through flags, then
 // writes DIR/results.md (see normlab/train/ablate.hpp for what is measured),
-// DIR/loss.gp and, with gnuplot, DIR/loss_vs_tokens.png and .svg.
+// DIR/loss.gp and, with gnuplot, DIR/loss_vs_tokens.png and .svg. With
+// --extrapolate, normlab-eval measures each run's final checkpoint at multiples of
+// its training context: a table in results.md and DIR/loss_vs_context.png/.svg.
 // Exit codes: 0 success, 1 a trainer or gnuplot failed / a run's files are
 // unreadable, 2 bad input (flags, missing trainer executables).
 #include <CLI/CLI.hpp>
@@ -32,6 +34,7 @@
 
 #include "normlab/core/process.hpp"
 #include "normlab/train/ablate.hpp"
+#include "normlab/train/context_report.hpp"
 #include "normlab/train/variants.hpp"
 
 namespace fs = std::filesystem;
@@ -196,7 +199,7 @@ V record_field(const nlohmann::json& record, const fs::path& out, const char* ke
 }
 
 struct Options {
-  std::string variants_s, seeds_s, out, bin_dir, lr_grid_s, lrs_s;
+  std::string variants_s, seeds_s, out, bin_dir, lr_grid_s, lrs_s, baselines_s, extrapolate_s;
   std::int64_t sweep_steps = 0;    // 0: a quarter of the study's --steps
   std::int64_t timing_rounds = 3;  // 0: time to target from the runs' wall clock
   std::int64_t timing_steps = 5;
@@ -296,6 +299,48 @@ void read_timing(const fs::path& out, ab::ReportInfo& info) {
   }
 }
 
+std::vector<std::string> parse_baselines(const std::string& s, const std::vector<std::string>& variants) {
+  std::vector<std::string> out = split_list(s);
+  if (out.empty()) throw UsageError("--baselines is empty");
+  for (const auto& b : out) {
+    if (std::find(variants.begin(), variants.end(), b) == variants.end())
+      throw UsageError("--baselines: \"" + b + "\" is not one of --variants");
+    if (std::count(out.begin(), out.end(), b) > 1) throw UsageError("--baselines: " + b + " is given twice");
+  }
+  return out;
+}
+
+// "1,2,4,8": multiples of the training context, each an integer from 1 to 64.
+std::vector<std::int64_t> parse_multiples(const std::string& s) {
+  std::vector<std::int64_t> out;
+  for (const auto& tok : split_list(s)) {
+    std::size_t pos = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(tok, &pos);
+    } catch (const std::exception&) {
+      pos = 0;
+    }
+    if (pos != tok.size() || v < 1 || v > 64)
+      throw UsageError("--extrapolate: \"" + tok + "\" is not a multiple of the training context from 1 to 64");
+    out.push_back(v);
+  }
+  if (out.empty()) throw UsageError("--extrapolate is empty (e.g. --extrapolate 1,2,4,8)");
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+std::string join_ints(const std::vector<std::int64_t>& xs) {
+  std::string out;
+  for (const auto x : xs) out += (out.empty() ? "" : ",") + std::to_string(x);
+  return out;
+}
+
+fs::path context_dir(const fs::path& out, const std::string& variant, std::int64_t seed) {
+  return run_dir(out, variant, seed) / "context";
+}
+
 int run(int argc, char** argv) {
   // Everything after the first "--" goes to the trainers untouched.
   std::vector<std::string> own_args{argv[0]};
@@ -336,6 +381,13 @@ int run(int argc, char** argv) {
       ->capture_default_str()->check(CLI::NonNegativeNumber);
   app.add_option("--timing-steps", o.timing_steps, "timed steps per variant and round")
       ->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--baselines", o.baselines_s,
+                 "the reference variant(s): the first is the main table's, each further one gets a table of its own "
+                 "(e.g. gpt_qknorm,gpt: GPT+ as in the nGPT/anGPT papers, plain GPT beside it); default: gpt if "
+                 "present, else the first variant");
+  app.add_option("--extrapolate", o.extrapolate_s,
+                 "after the runs, evaluate each run's final checkpoint at these multiples of its training context "
+                 "(normlab-eval, e.g. 1,2,4,8): a table in results.md and loss_vs_context.png");
   app.add_flag("--dry-run", o.dry_run,
                "print the commands that would run and let each trainer check its flags (--dry-run), train nothing");
   app.add_flag("--report-only", o.report_only,
@@ -363,6 +415,9 @@ int run(int argc, char** argv) {
 
   // Read once: what the study in OUT recorded when it started (absent for a new one).
   const std::optional<nlohmann::json> record = read_study_record(out);
+  std::vector<std::string> baselines;
+  std::vector<std::int64_t> multiples;
+  if (!o.extrapolate_s.empty()) multiples = parse_multiples(o.extrapolate_s);
 
   ab::ReportInfo info;
   info.date = utc_now();
@@ -379,6 +434,10 @@ int run(int argc, char** argv) {
       info.command_line = record_field<std::string>(*record, out, "command_line");
       info.config = record_field<std::string>(*record, out, "config");
       info.date = record_field<std::string>(*record, out, "date") + " (runs); report re-made " + utc_now();
+      if (o.baselines_s.empty() && record->contains("baselines"))
+        baselines = record_field<std::vector<std::string>>(*record, out, "baselines");
+      if (multiples.empty() && record->contains("extrapolate"))
+        multiples = record_field<std::vector<std::int64_t>>(*record, out, "extrapolate");
     } else {
       info.note = "OUT/ablation.json not found; variants and seeds were taken from the directories in OUT";
       info.command_line.clear();
@@ -393,6 +452,12 @@ int run(int argc, char** argv) {
     }
     if (variants.empty() || seeds.empty())
       throw UsageError("--report-only: found no runs (OUT/<variant>/seed<S>/summary.json) in " + out.string());
+    if (!o.baselines_s.empty()) baselines = parse_baselines(o.baselines_s, variants);
+    else {
+      std::erase_if(baselines, [&](const std::string& b) {
+        return std::find(variants.begin(), variants.end(), b) == variants.end();
+      });
+    }
     info.note = (info.note.empty() ? "" : info.note + "; ") + "report re-made with: " + command_line;
     if (record && record->contains("lr_grid") && !record->at("lr_grid").is_null()) {
       const auto grid = record_field<std::vector<double>>(*record, out, "lr_grid");
@@ -404,6 +469,7 @@ int run(int argc, char** argv) {
   } else {
     if (variants.empty()) throw UsageError("--variants is required (e.g. --variants gpt,ngpt)");
     if (seeds.empty()) throw UsageError("--seeds is required (e.g. --seeds 1,2)");
+    if (!o.baselines_s.empty()) baselines = parse_baselines(o.baselines_s, variants);
     for (const auto& p : o.pass) {
       for (const char* own : {"--seed", "--out"}) {
         const std::string f = own;
@@ -499,6 +565,8 @@ int run(int argc, char** argv) {
         rec["sweep_steps"] = o.sweep_steps;
       }
       if (!given_lr.empty()) rec["lrs"] = given_lr;
+      if (!baselines.empty()) rec["baselines"] = baselines;
+      if (!multiples.empty()) rec["extrapolate"] = multiples;
       write_file(out / "ablation.json", rec.dump(2) + "\n");
     }
     // One trainer run into `dir` (skipped when finished, resumed when interrupted);
@@ -612,6 +680,27 @@ int run(int argc, char** argv) {
       write_file(out / "timing.json", nlohmann::json{{"method", method}, {"step_s", step_s}}.dump(2) + "\n");
       std::printf("[normlab-ablate] step times measured interleaved (%s)\n", method.c_str());
     }
+    // 4. Each run's final checkpoint past its training context (skipped when done).
+    if (!multiples.empty()) {
+      const fs::path eval_exe = bin / "normlab-eval";
+      if (!is_executable_file(eval_exe))
+        throw UsageError("--extrapolate needs normlab-eval beside the trainers: " + eval_exe.string() + " is missing");
+      for (const auto& v : variants)
+        for (const auto s : seeds) {
+          const fs::path dir = context_dir(out, v, s);
+          if (!o.dry_run && fs::exists(dir / "eval.json")) continue;
+          std::vector<std::string> args{(run_dir(out, v, s) / "ckpt.safetensors").string(), "--multiples",
+                                        join_ints(multiples), "--out", dir.string()};
+          for (const char* f : {"--data", "--data-dir", "--vocab"})
+            if (const auto val = pass_value(o.pass, f)) args.insert(args.end(), {f, *val});
+          std::printf("[normlab-ablate] past the training context: %s %s\n", shell_quote(eval_exe.string()).c_str(),
+                      join_quoted(args).c_str());
+          std::fflush(stdout);
+          if (o.dry_run) continue;
+          if (const int rc = run_child(eval_exe, args); rc != 0)
+            throw normlab::Error("normlab-eval on " + v + " seed " + std::to_string(s) + " " + describe_status(rc));
+        }
+    }
     if (!o.dry_run) read_timing(out, info);
     if (o.dry_run) {
       std::printf("[normlab-ablate] dry run: nothing was run\n");
@@ -627,6 +716,14 @@ int run(int argc, char** argv) {
     data.push_back(std::move(vr));
   }
   info.seeds = seeds;
+  info.baselines = baselines;
+  std::vector<ab::ContextEval> contexts;
+  if (!multiples.empty()) {
+    for (const auto& v : variants)
+      for (const auto s : seeds) contexts.push_back(ab::read_context_eval(context_dir(out, v, s) / "eval.json", v, s));
+    info.context_md = ab::context_markdown(
+        contexts, "normlab-eval at " + join_ints(multiples) + "× the training context, its default batches");
+  }
   const std::string md = ab::results_markdown(data, info);
   // The study's own report is results.md; a report on another set of variants
   // (--report-only --variants ...) is named by its set and never replaces it. (A
@@ -641,27 +738,40 @@ int run(int argc, char** argv) {
   for (const auto& v : data)
     for (const auto& r : v.runs)
       if (!floor && r.summary.entropy_floor_nats) floor = r.summary.entropy_floor_nats;
-  const ab::Analysis analysis = ab::analyze(data);
+  const ab::Analysis analysis = ab::analyze(data, {}, baselines.empty() ? std::string() : baselines.front());
   const fs::path script = out / ("loss" + suffix + ".gp");
   const std::string png = "loss_vs_tokens" + suffix + ".png", svg = "loss_vs_tokens" + suffix + ".svg";
   write_file(script, ab::loss_plot_script(data, analysis, floor, png, svg));
 
   std::printf("\n%s\n", md.c_str());
   std::printf("results: %s\n", results.c_str());
+  std::vector<fs::path> scripts{script};
+  std::vector<std::string> made{png, svg};
+  if (!contexts.empty()) {
+    const fs::path cscript = out / ("context" + suffix + ".gp");
+    const std::string cpng = "loss_vs_context" + suffix + ".png", csvg = "loss_vs_context" + suffix + ".svg";
+    write_file(cscript, ab::context_plot_script(contexts, cpng, csvg));
+    scripts.push_back(cscript);
+    made.insert(made.end(), {cpng, csvg});
+  }
   const fs::path gnuplot = find_on_path("gnuplot");
   if (gnuplot.empty()) {
-    std::printf("gnuplot not found on PATH: plots not made (script written to %s; install gnuplot and run "
-                "`gnuplot loss.gp` in %s)\n",
-                script.c_str(), out.c_str());
+    std::printf("gnuplot not found on PATH: plots not made (scripts written to %s; install gnuplot and run "
+                "`gnuplot <script>.gp` there)\n",
+                out.c_str());
     return 0;
   }
-  const int rc = run_child(gnuplot, {script.filename().string()}, out);
-  if (rc != 0) {
-    std::fprintf(stderr, "normlab-ablate: gnuplot %s on %s; results.md was written, the plots were not\n",
-                 describe_status(rc).c_str(), script.c_str());
-    return 1;
+  for (const auto& sc : scripts) {
+    const int rc = run_child(gnuplot, {sc.filename().string()}, out);
+    if (rc != 0) {
+      std::fprintf(stderr, "normlab-ablate: gnuplot %s on %s; results.md was written, the plots were not\n",
+                   describe_status(rc).c_str(), sc.c_str());
+      return 1;
+    }
   }
-  std::printf("plots: %s %s\n", (out / png).c_str(), (out / svg).c_str());
+  std::printf("plots:");
+  for (const auto& m : made) std::printf(" %s", (out / m).c_str());
+  std::printf("\n");
   return 0;
 }
 

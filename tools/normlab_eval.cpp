@@ -1,4 +1,5 @@
 // normlab-eval CKPT --data D --seq 256,512,1024 [--batch B] [--batches N] [--bucket P] [--out DIR]
+// normlab-eval CKPT --data D --multiples 1,2,4,8   (multiples of the checkpoint's training context)
 // Validation loss of a trained checkpoint at several context lengths, overall and
 // per position bucket, as a table (and, with --out, eval.md, eval.json and a plot).
 // The model is built for the longest length; RoPE extends to it. Where a variant's
@@ -28,17 +29,19 @@ using namespace normlab;
 
 namespace {
 
-std::vector<std::int64_t> parse_lengths(const std::string& s) {
+std::vector<std::int64_t> parse_lengths(const std::string& s, const std::string& flag, std::int64_t lo,
+                                        std::int64_t hi) {
   std::vector<std::int64_t> out;
   std::stringstream ss(s);
   std::string tok;
   while (std::getline(ss, tok, ',')) {
     std::int64_t v = 0;
-    if (!cli::detail::parse_int(tok, v) || v < 2 || v > (1 << 16))
-      throw Error("--seq: each length must be an integer from 2 to 65536, got '" + tok.substr(0, 20) + "'");
+    if (!cli::detail::parse_int(tok, v) || v < lo || v > hi)
+      throw Error(flag + ": each value must be an integer from " + std::to_string(lo) + " to " + std::to_string(hi) +
+                  ", got '" + tok.substr(0, 20) + "'");
     out.push_back(v);
   }
-  if (out.empty()) throw Error("--seq: give at least one length, e.g. --seq 256,512,1024");
+  if (out.empty()) throw Error(flag + ": give at least one value, e.g. " + flag + " 1,2,4");
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;
@@ -54,7 +57,7 @@ std::string fmt4(double x) {
 
 int main(int argc, char** argv) {
   CLI::App app{"Validation loss of a checkpoint at several context lengths, per position bucket."};
-  std::string ckpt, seq_s, out_dir;
+  std::string ckpt, seq_s, multiples_s, out_dir;
   TrainOptions o;
   std::int64_t batch = 0, batches = 8, bucket = 0;
   app.add_option("CKPT", ckpt, "checkpoint (ckpt.safetensors of a train-<variant> run)")->required();
@@ -63,7 +66,10 @@ int main(int argc, char** argv) {
   app.add_option("--data-dir", o.data_dir, "where the Brown corpus is cached")->capture_default_str();
   app.add_option("--vocab", o.vocab, "vocabulary of token shards (default: the checkpoint's)")
       ->check(cli::integer(1, 65536));
-  app.add_option("--seq", seq_s, "comma-separated context lengths, e.g. 256,512,1024")->required();
+  auto* seq_opt = app.add_option("--seq", seq_s, "comma-separated context lengths, e.g. 256,512,1024");
+  app.add_option("--multiples", multiples_s,
+                 "instead of --seq: multiples of the checkpoint's training context, e.g. 1,2,4,8")
+      ->excludes(seq_opt);
   app.add_option("--batch", batch, "windows per batch (default: the training run's --batch, else 4)")
       ->check(cli::integer(1, 4096));
   app.add_option("--batches", batches, "validation batches per length (the trainer's --eval-batches gives the "
@@ -74,12 +80,22 @@ int main(int argc, char** argv) {
   app.add_option("--out", out_dir, "also write eval.md, eval.json and eval.png/.svg (gnuplot) here");
   if (const auto rc = cli::parse(app, argc, argv)) return *rc;
   try {
-    const std::vector<std::int64_t> lengths = parse_lengths(seq_s);
+    if (seq_s.empty() && multiples_s.empty())
+      throw Error("give the context lengths: --seq 256,512,1024, or --multiples 1,2,4,8 of the training context");
     const auto f = io::SafetensorsFile::open(ckpt);
     const std::string variant = f.metadata().count("variant") ? f.metadata_value("variant") : "<none>";
     const ModelConfig mc = checkpoint_config(f);
     mc.validate();
     const std::int64_t trained_T = checkpoint_max_seq(f);
+    std::vector<std::int64_t> lengths;
+    if (!multiples_s.empty()) {
+      if (trained_T <= 0) throw Error(ckpt + ": records no training context, so --multiples has no unit; use --seq");
+      for (const auto m : parse_lengths(multiples_s, "--multiples", 1, 64)) lengths.push_back(m * trained_T);
+      if (lengths.back() > (1 << 16))
+        throw Error("--multiples: " + std::to_string(lengths.back()) + " tokens is over the longest context, 65536");
+    } else {
+      lengths = parse_lengths(seq_s, "--seq", 2, 1 << 16);
+    }
     if (batch == 0) batch = f.metadata().count("run.batch") ? checkpoint_int(f, "run.batch") : 4;
     if (bucket == 0) bucket = trained_T > 0 ? trained_T : lengths.front();
     if (o.vocab == 0) o.vocab = mc.vocab_size;

@@ -7,8 +7,9 @@
 //
 // Definitions used throughout (also stated in the table's header lines):
 //  * target loss       = the baseline's mean final val loss over its seeds. The
-//                        baseline is "gpt" when it is in the set, else the first
-//                        variant given.
+//                        baseline is the one named (ReportInfo::baselines), else
+//                        "gpt" when it is in the set, else the first variant given.
+//                        Further named baselines get a table of their own.
 //  * tokens to target  = first eval point whose val_loss <= target, linearly
 //                        interpolated between it and the eval point before it
 //                        (see tokens_to_reach). Seconds: the same on elapsed_s.
@@ -485,18 +486,25 @@ struct Analysis {
 // of a variant, measured interleaved across the variants in one benchmark),
 // a run's seconds to target are its tokens to target ÷ its tokens per step ×
 // that step time, for every variant it names, instead of the run's wall clock.
-inline Analysis analyze(const std::vector<VariantRuns>& variants, const std::map<std::string, double>& step_s = {}) {
+// `baseline` names the reference variant; empty: "gpt" when present, else the first.
+inline Analysis analyze(const std::vector<VariantRuns>& variants, const std::map<std::string, double>& step_s = {},
+                        const std::string& baseline = {}) {
   if (variants.empty()) throw Error("ablate: no variants to analyze");
   for (const auto& v : variants)
     if (v.runs.empty()) throw Error("ablate: variant \"" + v.variant + "\" has no runs");
   Analysis a;
   const VariantRuns* base = &variants.front();
+  const std::string wanted = baseline.empty() ? std::string("gpt") : baseline;
+  bool found = false;
   for (const auto& v : variants)
-    if (v.variant == "gpt") {
+    if (v.variant == wanted) {
       base = &v;
-      a.baseline_is_gpt = true;
+      found = true;
       break;
     }
+  if (!found && !baseline.empty())
+    throw Error("ablate: the baseline \"" + baseline + "\" is not one of the variants");
+  a.baseline_is_gpt = found && wanted == "gpt";
   a.baseline = base->variant;
   {
     std::vector<double> finals, toks, secs;
@@ -559,7 +567,18 @@ struct ReportInfo {
   std::map<std::string, double> step_s;
   std::string step_s_method;
   std::string sweep_md;      // the learning-rate sweep's table (sweep_markdown), if the study ran one
+  // Baselines: the first is the reference of the main table; each further one gets
+  // a table of tokens/time to its own final loss. Empty: "gpt" if present, else the first.
+  std::vector<std::string> baselines;
+  std::string context_md;    // the evaluation past the training context (context_markdown), if run
 };
+
+// What a baseline is, for the report's header line.
+inline std::string baseline_description(const std::string& v) {
+  if (v == "gpt_qknorm") return "GPT+ (GPT with QK-norm), the baseline of the nGPT and anGPT papers";
+  if (v == "gpt") return "plain GPT (pre-norm RMSNorm, no QK-norm)";
+  return {};
+}
 
 namespace detail {
 
@@ -603,7 +622,7 @@ inline void fill_info(ReportInfo& info, const std::vector<VariantRuns>& variants
 // The ablation report: header lines, then one table row per variant. See the top
 // of this file for the definitions; the header lines restate them.
 inline std::string results_markdown(const std::vector<VariantRuns>& variants, ReportInfo info) {
-  const Analysis a = analyze(variants, info.step_s);
+  const Analysis a = analyze(variants, info.step_s, info.baselines.empty() ? std::string() : info.baselines.front());
   detail::fill_info(info, variants);
   std::ostringstream os;
   os << "# normlab ablation\n\n";
@@ -619,7 +638,16 @@ inline std::string results_markdown(const std::vector<VariantRuns>& variants, Re
   os << " (n = " << info.seeds.size() << ")\n";
   if (info.entropy_floor_nats)
     os << "- Entropy floor of the data: " << detail::fmt("%.4f", *info.entropy_floor_nats) << " nats\n";
-  if (a.baseline_is_gpt) {
+  if (!info.baselines.empty()) {
+    const std::string d = baseline_description(a.baseline);
+    os << "- Baseline: " << a.baseline << (d.empty() ? "" : ": " + d);
+    if (info.baselines.size() > 1) {
+      os << "; speedups against ";
+      for (std::size_t i = 1; i < info.baselines.size(); ++i) os << (i > 1 ? ", " : "") << info.baselines[i];
+      os << " in their own tables below";
+    }
+    os << "\n";
+  } else if (a.baseline_is_gpt) {
     os << "- Baseline: gpt\n";
   } else {
     os << "- Baseline: " << a.baseline << " (gpt is not in this ablation, so the first variant is the baseline)\n";
@@ -720,6 +748,26 @@ inline std::string results_markdown(const std::vector<VariantRuns>& variants, Re
            << " baseline seeds end above the baseline's mean final val loss and so never reach it; the "
               "reference is the mean over the seeds that do.\n";
   }
+  for (std::size_t bi = 1; bi < info.baselines.size(); ++bi) {
+    const Analysis b = analyze(variants, info.step_s, info.baselines[bi]);
+    const std::string d = baseline_description(b.baseline);
+    os << "\n## Against " << detail::md_cell(b.baseline) << (d.empty() ? "" : ": " + d) << "\n\n"
+       << "Target: " << b.baseline << "'s mean final val loss, " << detail::fmt("%.4f", b.target_loss)
+       << "; reference: its own tokens and time to reach it, as above.\n\n"
+       << "| variant | tokens to target | speedup (tokens) | time to target (s) | speedup (time) |\n"
+       << "|---|---|---|---|---|\n";
+    const bool target = std::isfinite(b.target_loss);
+    const std::string none = "n/a (no target)";
+    for (const auto& r : b.rows) {
+      std::string name = detail::md_cell(r.variant);
+      if (r.variant == b.baseline) name += " (baseline)";
+      os << "| " << name << " | " << (target ? detail::reach_cell(r.tokens_to_target, "%.0f") : none) << " | "
+         << (target ? detail::speedup_cell(r.speedup_tokens, r.tokens_to_target) : none) << " | "
+         << (target ? detail::reach_cell(r.seconds_to_target, secs_fmt) : none) << " | "
+         << (target ? detail::speedup_cell(r.speedup_time, r.seconds_to_target) : none) << " |\n";
+    }
+  }
+  if (!info.context_md.empty()) os << "\n" << info.context_md;
   os << "\n## Spread over seeds\n\n"
         "95% intervals of the mean over seeds: mean ± t(n−1)·sd/√n (n ≥ 2 seeds). Tokens to target are over the "
         "seeds that reach it.\n\n"
