@@ -1,9 +1,12 @@
-# install_normlab(): normlab from SOURCE_DIR installed into WORK_DIR/prefix, as a
-# user would (no tests, tools or examples). Included by the cmake -P scripts that
-# build a project against the installed package (consumer/, custom_policies/).
-function(install_normlab)
+# install_normlab(PREBUILT): normlab from SOURCE_DIR installed into WORK_DIR/prefix,
+# as a user would (no tests, tools or examples). PREBUILT ON: with the compiled
+# driver (normlab::driver, built first); OFF: headers only. Included by the cmake
+# -P scripts that build a project against the installed package (consumer/ builds
+# header-only, custom_policies/ against normlab::driver: both modes stay tested).
+function(install_normlab prebuilt)
   run(${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${WORK_DIR}/lib-build -G ${GENERATOR}
       -DNORMLAB_BUILD_TESTS=OFF -DNORMLAB_BUILD_TOOLS=OFF -DNORMLAB_BUILD_EXAMPLES=OFF
-      -DCMAKE_INSTALL_PREFIX=${WORK_DIR}/prefix)
+      -DNORMLAB_PREBUILT_DRIVER=${prebuilt} -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=${WORK_DIR}/prefix)
+  run(${CMAKE_COMMAND} --build ${WORK_DIR}/lib-build)
   run(${CMAKE_COMMAND} --install ${WORK_DIR}/lib-build)
 endfunction()

@@ -14,7 +14,7 @@ cmake_policy(SET CMP0053 NEW)
 file(REMOVE_RECURSE ${WORK_DIR})
 include(${CMAKE_CURRENT_LIST_DIR}/../run_checked.cmake)
 include(${CMAKE_CURRENT_LIST_DIR}/../install_normlab.cmake)
-install_normlab()
+install_normlab(ON)
 file(COPY ${SOURCE_DIR}/examples/custom_policies/ DESTINATION ${WORK_DIR}/project)
 run(${CMAKE_COMMAND} -S ${WORK_DIR}/project -B ${WORK_DIR}/build -G ${GENERATOR}
     -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix -DCMAKE_BUILD_TYPE=Release)

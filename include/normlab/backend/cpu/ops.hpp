@@ -993,3 +993,12 @@ double cross_entropy(T* dlogits, const T* logits, const std::int64_t* targets, s
 }
 
 }  // namespace normlab::cpu
+
+#ifdef NORMLAB_PREBUILT_CPU_OPS
+// Compiled once in the normlab_cpu_ops library (src/cpu_ops.cpp).
+#include "normlab/backend/cpu/op_instances.hpp"
+namespace normlab::cpu {
+NORMLAB_CPU_OP_INSTANCES(extern, float)
+NORMLAB_CPU_OP_INSTANCES(extern, double)
+}  // namespace normlab::cpu
+#endif
