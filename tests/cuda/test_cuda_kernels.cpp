@@ -169,9 +169,13 @@ void test_qk(Backend& be, Dtype dt, Tally& t, std::mt19937_64& rng) {
 }
 
 void test_attention(Backend& be, Dtype dt, Tally& t, std::mt19937_64& rng) {
-  for (auto [B, T, H, D, sc] : {std::array<double, 5>{2, 37, 3, 8, 0}, std::array<double, 5>{1, 70, 2, 64, 1},
-                                std::array<double, 5>{1, 33, 1, 128, 0}}) {
+  // The last two with a sliding window (W < T, spanning several 32-key tiles).
+  for (auto [B, T, H, D, sc, W] :
+       {std::array<double, 6>{2, 37, 3, 8, 0, 0}, std::array<double, 6>{1, 70, 2, 64, 1, 0},
+        std::array<double, 6>{1, 33, 1, 128, 0, 0}, std::array<double, 6>{2, 90, 2, 16, 0, 20},
+        std::array<double, 6>{1, 100, 1, 32, 1, 33}}) {
     const std::int64_t b = std::int64_t(B), tt = std::int64_t(T), h = std::int64_t(H), d = std::int64_t(D);
+    const std::int64_t w = std::int64_t(W);
     const std::int64_t N = b * tt, C = h * d;
     const double scale = sc ? std::sqrt(D) : 1.0 / std::sqrt(D);
     // nGPT's √dk scale with unit-ish q, k; GPT's 1/√dk with N(0,1) entries.
@@ -180,14 +184,14 @@ void test_attention(Backend& be, Dtype dt, Tally& t, std::mt19937_64& rng) {
     const Vec Vv = rounded(dt, test::random_vec(rng, N * C)), dY = rounded(dt, test::random_vec(rng, N * C));
     DTensor q(be, dt, Q), k_(be, dt, K), v(be, dt, Vv), y(be, dt, N * C), lse(be, Dtype::f32, b * h * tt);
     DTensor dy(be, dt, dY), dq(be, dt, N * C), dk(be, dt, N * C), dv(be, dt, N * C), dsum(be, Dtype::f32, b * h * tt);
-    k::attention_forward(dt, y.ptr(), lse.f(), q.ptr(), k_.ptr(), v.ptr(), b, tt, h, d, float(scale), be.stream());
+    k::attention_forward(dt, y.ptr(), lse.f(), q.ptr(), k_.ptr(), v.ptr(), b, tt, h, d, float(scale), w, be.stream());
     k::attention_backward(dt, dq.ptr(), dk.ptr(), dv.ptr(), dsum.f(), dy.ptr(), y.ptr(), q.ptr(), k_.ptr(), v.ptr(),
-                          lse.f(), b, tt, h, d, float(scale), be.stream());
+                          lse.f(), b, tt, h, d, float(scale), w, be.stream());
     Vec ry(N * C), rlse(b * h * tt), rdq(N * C), rdk(N * C), rdv(N * C);
-    cpu::attention_forward(ry.data(), rlse.data(), Q.data(), K.data(), Vv.data(), b, tt, h, d, scale);
+    cpu::attention_forward(ry.data(), rlse.data(), Q.data(), K.data(), Vv.data(), b, tt, h, d, scale, w);
     cpu::attention_backward(rdq.data(), rdk.data(), rdv.data(), dY.data(), ry.data(), rlse.data(), Q.data(), K.data(),
-                            Vv.data(), b, tt, h, d, scale);
-    const std::string sz = " T=" + std::to_string(tt) + " D=" + std::to_string(d);
+                            Vv.data(), b, tt, h, d, scale, w);
+    const std::string sz = " T=" + std::to_string(tt) + " D=" + std::to_string(d) + (w ? " W=" + std::to_string(w) : "");
     t.rel(tag(dt, "attention forward y" + sz), y.get(), ry, tol(dt));
     t.rel(tag(dt, "attention log-sum-exp" + sz), lse.get(), rlse, tol(dt));
     t.rel(tag(dt, "attention backward dq" + sz), dq.get(), rdq, tol(dt));

@@ -37,10 +37,10 @@ int main() {
   t.test = "test_cuda_limits";
   // 4096 × 16 = 65536 head-blocks: one too many; the pointers are never touched.
   refuses(t, "attention_forward, batch x heads = 65536", {"attention_forward", "65536", "65535", "batch 4096", "heads 16"},
-          [] { k::attention_forward(Dtype::f32, nullptr, nullptr, nullptr, nullptr, nullptr, 4096, 8, 16, 64, 1.f, nullptr); });
+          [] { k::attention_forward(Dtype::f32, nullptr, nullptr, nullptr, nullptr, nullptr, 4096, 8, 16, 64, 1.f, 0, nullptr); });
   refuses(t, "attention_backward, batch x heads = 65536", {"attention_backward", "65535"}, [] {
     k::attention_backward(Dtype::bf16, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
-                          nullptr, 65536, 8, 1, 64, 1.f, nullptr);
+                          nullptr, 65536, 8, 1, 64, 1.f, 0, nullptr);
   });
   refuses(t, "embedding_backward, n_embd 8388609", {"embedding_backward", "65537", "n_embd 8388609"}, [] {
     k::embedding_backward(Dtype::f32, nullptr, nullptr, nullptr, nullptr, 1, nullptr, 8388609, nullptr);

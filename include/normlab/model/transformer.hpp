@@ -12,13 +12,18 @@
 //
 // Forward stores what backward needs in an arena laid out once for
 // (max_batch, max_seq); backward is written by hand, layer by layer, in reverse.
-// Dims: B batch, T sequence, C = d, H heads, D = dk = C/H, F = 4C, V vocab, N = B*T.
+// Dims: B batch, T sequence, C = d, H heads, D = dk = C/H, Hkv key/value heads,
+// KV = Hkv·D, F = d_ff (4C by default), UV = 2F for a gated activation else F,
+// V vocab, N = B*T. With Hkv < H (grouped-query attention) k and v are widened
+// to H heads for the attention kernels and their gradients summed back.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
 #include <string>
+#include <string_view>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "normlab/backend/cpu/backend.hpp"
@@ -46,6 +51,7 @@ class Transformer {
   using ResidualSite = typename Residual::template site<T, Backend, Scheme::alpha_kind>;
   using Factors = typename Scheme::output_factors;
   using Constraint = typename Scheme::constraint;
+  static constexpr bool kGated = activation_gated<typename Scheme::mlp_activation>();
 
  public:
   using scalar_type = T;
@@ -126,6 +132,16 @@ class Transformer {
   static std::string variant_signature() {
     return std::string(Scheme::name) + "+" + std::string(Residual::name);
   }
+  // Every policy by its name, so two schemes of one name that differ in a member
+  // (a user's derived scheme) are told apart when a checkpoint is loaded.
+  static std::string architecture() {
+    return "input_norm=" + policy_name<typename Scheme::input_norm>() +
+           ";output_norm=" + policy_name<typename Scheme::output_norm>() +
+           ";final_norm=" + policy_name<typename Scheme::final_norm>() + ";qk=" + policy_name<typename Scheme::qk>() +
+           ";mlp_activation=" + policy_name<typename Scheme::mlp_activation>() +
+           ";logit_scale=" + policy_name<typename Scheme::logit_scale>() +
+           ";output_factors=" + policy_name<typename Scheme::output_factors>() + ";residual=" + policy_name<Residual>();
+  }
 
   // Fresh initialisation as each parameter's declaring policy asked (ParamSpec::init):
   // normal draws in declaration order from one generator (Box–Muller on
@@ -185,18 +201,25 @@ class Transformer {
     return Backend::cross_entropy(static_cast<T*>(nullptr), logits(), targets_, B * Tn, cfg_.vocab_size);
   }
 
-  // Keys and values of every layer for incremental decoding: (L, max_seq, C) each,
-  // keys as attention sees them (after RoPE and the scheme's QK transform).
+  // Keys and values of every layer for incremental decoding: (L, max_seq, KV) each,
+  // keys as attention sees them (after RoPE and the scheme's QK transform); with
+  // grouped-query attention KV = n_kv_heads·head_dim, the cache n_head/n_kv_heads
+  // times smaller than multi-head attention's.
   struct KVCache {
     buffer k, v;
     buffer scratch;  // (max_seq) attention weights
+    buffer kx, vx;   // (max_seq, C) the window's keys/values widened to every head (grouped only)
     std::int64_t length = 0;  // positions filled
   };
   KVCache make_kv_cache() const {
     KVCache c;
-    c.k.assign(static_cast<std::size_t>(cfg_.n_layer * maxT_ * cfg_.n_embd), T(0));
+    c.k.assign(static_cast<std::size_t>(cfg_.n_layer * maxT_ * cfg_.kv_dim()), T(0));
     c.v.assign(c.k.size(), T(0));
     c.scratch.assign(static_cast<std::size_t>(maxT_), T(0));
+    if (cfg_.grouped_kv()) {
+      c.kx.assign(static_cast<std::size_t>(maxT_ * cfg_.n_embd), T(0));
+      c.vx.assign(c.kx.size(), T(0));
+    }
     return c;
   }
   // Feeds the next token (at position cache.length) and returns its logits (V).
@@ -230,7 +253,8 @@ class Transformer {
   void backward(bool accumulate, Ready&& ready) {
     if (!targets_) throw Error("Transformer::backward: the last forward() had no targets");
     if (!accumulate) zero_grads();
-    const std::int64_t B = B_, Tn = T_, N = B * Tn, C = cfg_.n_embd, F = 4 * C, V = cfg_.vocab_size;
+    const std::int64_t B = B_, Tn = T_, N = B * Tn, C = cfg_.n_embd, F = cfg_.ff_dim(), V = cfg_.vocab_size;
+    const std::int64_t KV = cfg_.kv_dim(), UV = kGated ? 2 * F : F;
     set_sizes(B, Tn, 0);
     StepContext<T>& c = ctx_;
     Backend::cross_entropy(d_logits_, logits(), targets_, N, V);
@@ -252,19 +276,28 @@ class Transformer {
       const T* dm = a.out_mlp.backward(c, d_y_, d_f_, a.m_raw, N, C);
       Backend::linear_backward(d_act_, G(w.wproj), dm, a.act, P(w.wproj), N, F, C, T(mlp_factor_));
       a.activation.backward(c, d_uv_, d_act_, a.uv, N, F);
-      Backend::linear_backward(d_x_, G(w.wfc), d_uv_, a.xm, P(w.wfc), N, C, 2 * F);
+      Backend::linear_backward(d_x_, G(w.wfc), d_uv_, a.xm, P(w.wfc), N, C, UV);
       Backend::add_into(d_h_, a.in_mlp.backward(c, d_f_, d_x_, a.h_mid, N, C), N * C);
       // ---- attention: residual, output norm, projection, attention, q/k, projections, input norm
       a.res_att.backward(c, d_h_, d_f_, d_h_, a.h_mid, a.h_in, a.a, N, C);
       const T* da = a.out_att.backward(c, d_x_, d_f_, a.a_raw, N, C);
       Backend::linear_backward(d_y_, G(w.wo), da, a.y, P(w.wo), N, C, C, T(attn_factor_));
-      Backend::attention_backward(d_q_, d_k_, d_v_, d_y_, a.y, a.lse, a.qk.qa(), a.qk.ka(), a.v, B, Tn,
-                                  cfg_.n_head, cfg_.head_dim(), softmax_scale());
-      a.qk.backward(c, d_q_, d_k_, d_x_);
+      const auto [keys, values] = attention_kv(a, N);
+      Backend::attention_backward(d_q_, d_k_, d_v_, d_y_, a.y, a.lse, a.qk.qa(), keys, values, B, Tn, cfg_.n_head,
+                                  cfg_.head_dim(), softmax_scale(), cfg_.attn_window);
+      T* dk = d_k_;
+      T* dv = d_v_;
+      if (cfg_.grouped_kv()) {  // each kv head's gradient is the sum over its query heads
+        group_sum_kv(d_kc_, d_k_, N);
+        group_sum_kv(d_vc_, d_v_, N);
+        dk = d_kc_;
+        dv = d_vc_;
+      }
+      a.qk.backward(c, d_q_, dk, d_x_);
       Backend::linear_backward(d_x_, G(w.wq), d_q_, a.xa, P(w.wq), N, C, C);
-      Backend::linear_backward(d_f_, G(w.wk), d_k_, a.xa, P(w.wk), N, C, C);
+      Backend::linear_backward(d_f_, G(w.wk), dk, a.xa, P(w.wk), N, C, KV);
       Backend::add_into(d_x_, d_f_, N * C);
-      Backend::linear_backward(d_f_, G(w.wv), d_v_, a.xa, P(w.wv), N, C, C);
+      Backend::linear_backward(d_f_, G(w.wv), dv, a.xa, P(w.wv), N, C, KV);
       Backend::add_into(d_x_, d_f_, N * C);
       Backend::add_into(d_h_, a.in_att.backward(c, d_f_, d_x_, a.h_in, N, C), N * C);
       ready(layers_[l].begin);
@@ -282,14 +315,23 @@ class Transformer {
   std::int64_t last_batch() const { return B_; }
   std::int64_t last_seq() const { return T_; }
   // Attention probabilities of layer l from the last forward(): (B,H,T,T) with
-  // B = last_batch(), T = last_seq(), contiguous; causal softmax rows, zeros above
-  // the diagonal. Recomputed from the stored q, k and log-sum-exp (training keeps
-  // no T×T matrix); for diagnostics, not valid after decode_step.
+  // B = last_batch(), T = last_seq(), contiguous; causal softmax rows, zeros
+  // outside the mask (above the diagonal, before a window). Recomputed from the
+  // stored q, k and log-sum-exp (training keeps no T×T matrix); for diagnostics,
+  // not valid after decode_step.
   std::vector<T> attention_probs(std::int64_t l) const {
     const LayerActs& a = acts_.at(static_cast<std::size_t>(l));
-    const std::int64_t H = cfg_.n_head;
+    const std::int64_t H = cfg_.n_head, N = B_ * T_;
     std::vector<T> P(static_cast<std::size_t>(B_ * H * T_ * T_));
-    Backend::attention_probs(P.data(), a.lse, a.qk.qa(), a.qk.ka(), B_, T_, H, cfg_.head_dim(), softmax_scale());
+    const T* keys = a.qk.ka();
+    buffer wide;
+    if (cfg_.grouped_kv()) {
+      wide.assign(static_cast<std::size_t>(N * cfg_.n_embd), T(0));
+      repeat_kv(wide.data(), keys, N);
+      keys = wide.data();
+    }
+    Backend::attention_probs(P.data(), a.lse, a.qk.qa(), keys, B_, T_, H, cfg_.head_dim(), softmax_scale(),
+                             cfg_.attn_window);
     return P;
   }
 
@@ -305,8 +347,8 @@ class Transformer {
     InputNorm in_att;    // xa = input_norm(h_in)
     const T* xa = nullptr;
     T* q = nullptr;      // (N,C) projections (the qk site applies RoPE in place)
-    T* k = nullptr;
-    T* v = nullptr;      // (N,C)
+    T* k = nullptr;      // (N,KV)
+    T* v = nullptr;      // (N,KV)
     Qk qk;               // qa(), ka(): q, k as attention sees them
     T* lse = nullptr;    // (B,H,T) log-sum-exp of each attention row
     T* y = nullptr;      // (N,C) heads concatenated
@@ -317,7 +359,7 @@ class Transformer {
     T* h_mid = nullptr;  // (N,C) after the attention residual
     InputNorm in_mlp;    // xm = input_norm(h_mid)
     const T* xm = nullptr;
-    T* uv = nullptr;     // (N,2F) x W_fcᵀ
+    T* uv = nullptr;     // (N,UV) x W_fcᵀ
     Activation activation;
     T* act = nullptr;    // (N,F)
     T* m_raw = nullptr;  // (N,C) c_mlp · act W_projᵀ
@@ -353,7 +395,8 @@ class Transformer {
   // The block's matrices (the reference's names, init N(0, bs), the two output
   // projections N(0, bs/√(2L))), then each policy site's own parameters.
   void declare_params(bool allocate) {
-    const std::int64_t C = cfg_.n_embd, V = cfg_.vocab_size, F = 4 * C;
+    const std::int64_t C = cfg_.n_embd, V = cfg_.vocab_size, F = cfg_.ff_dim(), KV = cfg_.kv_dim();
+    const std::int64_t UV = kGated ? 2 * F : F;
     const NormAxis rows = NormAxis::rows, cols = NormAxis::cols;
     const ParamInit w_init = ParamInit::normal(cfg_.base_scale);
     const ParamInit proj_init = ParamInit::normal(cfg_.base_scale / std::sqrt(2.0 * double(cfg_.n_layer)));
@@ -366,10 +409,10 @@ class Transformer {
       LayerActs& a = acts_[l];
       w.begin = params_.size();
       w.wq = params_.add(p + "query.weight", {C, C}, ParamRole::matrix, rows, w_init);
-      w.wk = params_.add(p + "key.weight", {C, C}, ParamRole::matrix, rows, w_init);
-      w.wv = params_.add(p + "value.weight", {C, C}, ParamRole::matrix, rows, w_init);
+      w.wk = params_.add(p + "key.weight", {KV, C}, ParamRole::matrix, rows, w_init);
+      w.wv = params_.add(p + "value.weight", {KV, C}, ParamRole::matrix, rows, w_init);
       w.wo = params_.add(p + "att_c_proj.weight", {C, C}, ParamRole::matrix, cols, proj_init);
-      w.wfc = params_.add(p + "c_fc.weight", {2 * F, C}, ParamRole::matrix, rows, w_init);
+      w.wfc = params_.add(p + "c_fc.weight", {UV, C}, ParamRole::matrix, rows, w_init);
       w.wproj = params_.add(p + "mlp_c_proj.weight", {C, F}, ParamRole::matrix, cols, proj_init);
       a.in_att.declare(params_, p, "att", cfg_);
       a.in_mlp.declare(params_, p, "mlp", cfg_);
@@ -390,14 +433,15 @@ class Transformer {
 
   // Every buffer of a step, from one arena; called twice (count, then bind).
   void layout(Arena<T>& ar) {
-    const std::int64_t N = maxB_ * maxT_, C = cfg_.n_embd, H = cfg_.n_head, F = 4 * C, V = cfg_.vocab_size;
+    const std::int64_t N = maxB_ * maxT_, C = cfg_.n_embd, H = cfg_.n_head, F = cfg_.ff_dim(), V = cfg_.vocab_size;
+    const std::int64_t KV = cfg_.kv_dim(), UV = kGated ? 2 * F : F;
     for (LayerActs& a : acts_) {
       a.h_in = ar.take(N * C);
       a.in_att.bind(ar, N, C);
       a.in_mlp.bind(ar, N, C);
       a.q = ar.take(N * C);
-      a.k = ar.take(N * C);
-      a.v = ar.take(N * C);
+      a.k = ar.take(N * KV);
+      a.v = ar.take(N * KV);
       a.qk.bind(ar, N, cfg_);
       a.lse = ar.take(N * H);
       a.y = ar.take(N * C);
@@ -405,7 +449,7 @@ class Transformer {
       a.out_att.bind(ar, N, C);
       a.res_att.bind(ar, N, C);
       a.h_mid = ar.take(N * C);
-      a.uv = ar.take(N * 2 * F);
+      a.uv = ar.take(N * UV);
       a.act = ar.take(N * F);
       a.m_raw = ar.take(N * C);
       a.out_mlp.bind(ar, N, C);
@@ -424,11 +468,17 @@ class Transformer {
     d_k_ = ar.take(N * C);
     d_v_ = ar.take(N * C);
     d_act_ = ar.take(N * F);
-    d_uv_ = ar.take(N * 2 * F);
+    d_uv_ = ar.take(N * UV);
+    if (cfg_.grouped_kv()) {  // widened k, v (shared by the layers: backward widens again) and compact grads
+      kx_ = ar.take(N * C);
+      vx_ = ar.take(N * C);
+      d_kc_ = ar.take(N * KV);
+      d_vc_ = ar.take(N * KV);
+    }
     ctx_.alpha_tmp = ar.take(C);
     ctx_.d_alpha = ar.take(C);
-    ctx_.scale_tmp = ar.take(std::max(2 * F, V));
-    ctx_.d_scale = ar.take(std::max(2 * F, V));
+    ctx_.scale_tmp = ar.take(std::max({2 * F, V, C}));
+    ctx_.d_scale = ar.take(std::max({2 * F, V, C}));
   }
 
   void zero_grads() {
@@ -445,27 +495,37 @@ class Transformer {
   // One block over ctx_'s (B,T) tokens; with a cache, a single token at position ctx_.pos0.
   void layer_forward(std::int64_t l, KVCache* cache) {
     StepContext<T>& c = ctx_;
-    const std::int64_t N = c.N(), C = cfg_.n_embd, H = cfg_.n_head, D = cfg_.head_dim(), F = 4 * C;
+    const std::int64_t N = c.N(), C = cfg_.n_embd, H = cfg_.n_head, D = cfg_.head_dim(), F = cfg_.ff_dim();
+    const std::int64_t KV = cfg_.kv_dim(), UV = kGated ? 2 * F : F;
     LayerActs& a = acts_[l];
     const LayerOffsets& w = layers_[l];
     T* h_out = (l + 1 < cfg_.n_layer) ? acts_[l + 1].h_in : h_final_;
     // ---- attention
     a.xa = a.in_att.forward(c, a.h_in, N, C);
     Backend::linear_forward(a.q, a.xa, P(w.wq), N, C, C);
-    Backend::linear_forward(a.k, a.xa, P(w.wk), N, C, C);
-    Backend::linear_forward(a.v, a.xa, P(w.wv), N, C, C);
+    Backend::linear_forward(a.k, a.xa, P(w.wk), N, C, KV);
+    Backend::linear_forward(a.v, a.xa, P(w.wv), N, C, KV);
     a.qk.forward(c, a.q, a.k);
-    if (cache) {  // one token: append its key/value, attend over positions 0..pos0
-      const std::int64_t pos0 = c.pos0;
-      T* kc = cache->k.data() + l * maxT_ * C;
-      T* vc = cache->v.data() + l * maxT_ * C;
-      Backend::copy(kc + pos0 * C, a.qk.ka(), C);
-      Backend::copy(vc + pos0 * C, static_cast<const T*>(a.v), C);
-      Backend::attention_decode(a.y, cache->scratch.data(), a.qk.qa(), static_cast<const T*>(kc),
-                                static_cast<const T*>(vc), pos0 + 1, H, D, softmax_scale());
+    if (cache) {  // one token: append its key/value, attend over the window's positions up to pos0
+      const std::int64_t pos0 = c.pos0, first = cfg_.attn_window > 0 ? std::max<std::int64_t>(0, pos0 + 1 - cfg_.attn_window) : 0;
+      T* kc = cache->k.data() + l * maxT_ * KV;
+      T* vc = cache->v.data() + l * maxT_ * KV;
+      Backend::copy(kc + pos0 * KV, a.qk.ka(), KV);
+      Backend::copy(vc + pos0 * KV, static_cast<const T*>(a.v), KV);
+      const T* keys = kc + first * KV;
+      const T* values = vc + first * KV;
+      if (cfg_.grouped_kv()) {
+        repeat_kv(cache->kx.data(), keys, pos0 + 1 - first);
+        repeat_kv(cache->vx.data(), values, pos0 + 1 - first);
+        keys = cache->kx.data();
+        values = cache->vx.data();
+      }
+      Backend::attention_decode(a.y, cache->scratch.data(), a.qk.qa(), keys, values, pos0 + 1 - first, H, D,
+                                softmax_scale());
     } else {
-      Backend::attention_forward(a.y, a.lse, a.qk.qa(), a.qk.ka(), static_cast<const T*>(a.v), c.B, c.Tn, H, D,
-                                 softmax_scale());
+      const auto [keys, values] = attention_kv(a, N);
+      Backend::attention_forward(a.y, a.lse, a.qk.qa(), keys, values, c.B, c.Tn, H, D, softmax_scale(),
+                                 cfg_.attn_window);
     }
     // The scheme's output factor (1 for most) is the GEMM's alpha.
     Backend::linear_forward(a.a_raw, static_cast<const T*>(a.y), P(w.wo), N, C, C, false, T(attn_factor_));
@@ -473,7 +533,7 @@ class Transformer {
     a.res_att.forward(c, a.h_mid, a.h_in, a.a, N, C);
     // ---- MLP
     a.xm = a.in_mlp.forward(c, a.h_mid, N, C);
-    Backend::linear_forward(a.uv, a.xm, P(w.wfc), N, C, 2 * F);
+    Backend::linear_forward(a.uv, a.xm, P(w.wfc), N, C, UV);
     a.activation.forward(c, a.act, a.uv, N, F);
     Backend::linear_forward(a.m_raw, static_cast<const T*>(a.act), P(w.wproj), N, F, C, false, T(mlp_factor_));
     a.m = a.out_mlp.forward(c, a.m_raw, N, C);
@@ -486,6 +546,39 @@ class Transformer {
     hf_ = final_norm_.forward(ctx_, h_final_, N, C);
     Backend::linear_forward(logits_raw_, hf_, P(lm_head_), N, C, V);
     logits_ = logit_scale_.forward(ctx_, logits_raw_, N, V);
+  }
+
+  // The keys and values attention reads for layer a's N rows: the layer's own
+  // with as many kv heads as query heads, else widened into the shared kx_/vx_.
+  std::pair<const T*, const T*> attention_kv(const LayerActs& a, std::int64_t N) {
+    if (!cfg_.grouped_kv()) return {a.qk.ka(), a.v};
+    repeat_kv(kx_, a.qk.ka(), N);
+    repeat_kv(vx_, a.v, N);
+    return {kx_, vx_};
+  }
+  // (rows, KV) -> (rows, C): query head h reads kv head h / (H/Hkv). A backend
+  // without kv_repeat/kv_group_sum gets the same from copy and add_into.
+  void repeat_kv(T* wide, const T* narrow, std::int64_t rows) const {
+    const std::int64_t H = cfg_.n_head, Hkv = cfg_.kv_heads(), D = cfg_.head_dim();
+    if constexpr (requires { Backend::kv_repeat(wide, narrow, rows, H, Hkv, D); }) {
+      Backend::kv_repeat(wide, narrow, rows, H, Hkv, D);
+    } else {
+      for (std::int64_t i = 0; i < rows; ++i)
+        for (std::int64_t h = 0; h < H; ++h) Backend::copy(wide + (i * H + h) * D, narrow + (i * Hkv + h / (H / Hkv)) * D, D);
+    }
+  }
+  void group_sum_kv(T* narrow, const T* wide, std::int64_t rows) const {
+    const std::int64_t H = cfg_.n_head, Hkv = cfg_.kv_heads(), D = cfg_.head_dim(), group = H / Hkv;
+    if constexpr (requires { Backend::kv_group_sum(narrow, wide, rows, H, Hkv, D); }) {
+      Backend::kv_group_sum(narrow, wide, rows, H, Hkv, D);
+    } else {
+      for (std::int64_t i = 0; i < rows; ++i)
+        for (std::int64_t g = 0; g < Hkv; ++g) {
+          T* out = narrow + (i * Hkv + g) * D;
+          Backend::copy(out, wide + (i * H + g * group) * D, D);
+          for (std::int64_t r = 1; r < group; ++r) Backend::add_into(out, wide + (i * H + g * group + r) * D, D);
+        }
+    }
   }
 
   void check_tokens(const std::int64_t* ids, std::int64_t n, const char* what) const {
@@ -503,6 +596,12 @@ class Transformer {
   }
 
   T softmax_scale() const { return T(softmax_scale_of<Scheme>(cfg_.head_dim())); }
+
+  template <class P>
+  static std::string policy_name() {
+    if constexpr (requires { std::string_view(P::name); }) return std::string(P::name);
+    else return "unnamed";
+  }
 
   // Box–Muller on mt19937_64: the same numbers on every platform (std::normal_distribution is not specified).
   static void fill_normal(T* p, std::size_t n, double stddev, std::mt19937_64& rng) {
@@ -541,7 +640,9 @@ class Transformer {
   T *d_h_ = nullptr, *d_x_ = nullptr, *d_f_ = nullptr, *d_y_ = nullptr;  // (N,C)
   T *d_q_ = nullptr, *d_k_ = nullptr, *d_v_ = nullptr;                   // (N,C)
   T* d_act_ = nullptr;      // (N,F)
-  T* d_uv_ = nullptr;       // (N,2F)
+  T* d_uv_ = nullptr;       // (N,UV)
+  T *kx_ = nullptr, *vx_ = nullptr;      // (N,C) k, v widened to every query head (grouped-query only)
+  T *d_kc_ = nullptr, *d_vc_ = nullptr;  // (N,KV) their gradients summed per kv head (grouped-query only)
   double attn_factor_ = 1.0, mlp_factor_ = 1.0;  // the scheme's output factors
   std::int64_t B_ = 0, T_ = 0;
   std::vector<std::int64_t> tokens_;        // (2, maxB·maxT): inputs | targets of the last forward

@@ -122,7 +122,12 @@ struct angpt_output_factors {
     else
       return 1.0;
   }
-  static double mlp(const ModelConfig& cfg) { return cfg.angpt_mlp_factor_mult * angpt_mlp_factor(cfg.n_embd); }
+  // For the SwiGLU MLP (κ above) of width F = d_ff (4d by default: angpt_mlp_factor).
+  static double mlp(const ModelConfig& cfg) {
+    const double f = cfg.ff_dim() == 4 * cfg.n_embd ? angpt_mlp_factor(cfg.n_embd)
+                                                    : 1.0 / std::sqrt(double(cfg.ff_dim()) * gated_activation_second_moment());
+    return cfg.angpt_mlp_factor_mult * f;
+  }
 };
 
 }  // namespace normlab

@@ -12,6 +12,17 @@ struct ModelConfig {
   std::int64_t n_embd = 64;
   std::int64_t n_head = 4;
   std::int64_t n_layer = 2;
+  // The attention's and the MLP's shapes. 0 means the classic default, so a
+  // config written before these existed builds the same model:
+  //   n_kv_heads   key/value heads (0: n_head, multi-head attention); fewer
+  //                than n_head is grouped-query attention (1: multi-query),
+  //                query head h reading key/value head h / (n_head / n_kv_heads)
+  //   d_ff         the MLP's hidden width F (0: 4·n_embd)
+  //   attn_window  causal sliding window W: position t attends to t−W+1 … t
+  //                (0: every earlier position)
+  std::int64_t n_kv_heads = 0;
+  std::int64_t d_ff = 0;
+  std::int64_t attn_window = 0;
   // Std of the initial weights; also the re-parameterisation constant of the
   // nGPT scales (stored value × init/base_scale). The reference uses 0.02 for
   // GPT and 1/√d for nGPT; 0 means "the scheme's default".
@@ -28,6 +39,10 @@ struct ModelConfig {
   double angpt_mlp_factor_mult = 1.0;
 
   std::int64_t head_dim() const { return n_embd / n_head; }
+  std::int64_t kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_head; }
+  std::int64_t kv_dim() const { return kv_heads() * head_dim(); }  // width of k and v
+  std::int64_t ff_dim() const { return d_ff > 0 ? d_ff : 4 * n_embd; }
+  bool grouped_kv() const { return kv_heads() != n_head; }
   void validate() const {
     auto bad = [](const std::string& m) { throw Error("model config: " + m); };
     if (vocab_size <= 0) bad("vocab_size must be positive");
@@ -35,6 +50,11 @@ struct ModelConfig {
     if (n_embd % n_head != 0)
       bad("n_embd (" + std::to_string(n_embd) + ") must be divisible by n_head (" + std::to_string(n_head) + ")");
     if (head_dim() % 2 != 0) bad("head dimension n_embd/n_head must be even for RoPE");
+    if (n_kv_heads < 0 || n_kv_heads > n_head || n_head % kv_heads() != 0)
+      bad("n_kv_heads (" + std::to_string(n_kv_heads) + ") must divide n_head (" + std::to_string(n_head) +
+          ") (0: as many as n_head)");
+    if (d_ff < 0) bad("d_ff (" + std::to_string(d_ff) + ") must be positive (0: 4·n_embd)");
+    if (attn_window < 0) bad("attn_window (" + std::to_string(attn_window) + ") must be positive (0: full causal)");
   }
 };
 

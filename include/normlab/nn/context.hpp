@@ -42,6 +42,8 @@ struct StepContext {
   std::int64_t C() const { return cfg->n_embd; }
   std::int64_t H() const { return cfg->n_head; }
   std::int64_t D() const { return cfg->head_dim(); }
+  std::int64_t Hkv() const { return cfg->kv_heads(); }  // key/value heads (H unless grouped)
+  std::int64_t KV() const { return cfg->kv_dim(); }     // width of a k or v row: Hkv·D
   T* P(std::size_t off) const { return values + off; }
   T* G(std::size_t off) const { return grads + off; }
 };

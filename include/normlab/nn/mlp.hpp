@@ -1,13 +1,20 @@
 #pragma once
-// The MLP's gated activation, act (N, F) from uv (N, 2F) = x W_fcᵀ = [u | g]:
+// The MLP's activation, act (N, F) from uv = x W_fcᵀ. F = cfg.ff_dim().
+// Gated (uv (N, 2F) = [u | g], W_fc (2F, C)):
 //   swiglu              act = u ⊙ silu(g)
 //   scaled_swiglu<K>    nGPT: [u | g] ⊙ s_uv·√d first (s_uv learned, K its kind)
+// Plain (`static constexpr bool gated = false`: uv (N, F), W_fc (F, C)):
+//   relu2               act = relu(u)²          (Primer; modded-nanoGPT)
+//   gelu_tanh           act = GELU(u), tanh form (GPT-2)
+//   gelu_erf            act = GELU(u) = u·Φ(u)   (BERT, PyTorch's default)
 // site<T, Backend>: forward(ctx, act, uv, N, F); backward(ctx, duv, dact, uv, N, F).
+// A type without `gated` is gated (as every activation was before plain ones).
 #include <cmath>
 #include <cstdint>
 #include <string>
 #include <string_view>
 
+#include "normlab/core/pointwise.hpp"
 #include "normlab/nn/context.hpp"
 #include "normlab/nn/params.hpp"
 #include "normlab/nn/scale.hpp"
@@ -37,7 +44,7 @@ struct scaled_swiglu {
   struct site {
     ScaleParam<T, K> suv;
     void declare(ParamStore<T>& p, const std::string& prefix, const ModelConfig& cfg) {
-      suv.declare(p, prefix + "suv", 8 * cfg.n_embd, 1.0);
+      suv.declare(p, prefix + "suv", 2 * cfg.ff_dim(), 1.0);
     }
     static double k_const(const StepContext<T>& c) { return c.cfg->suv_init * std::sqrt(double(c.cfg->n_embd)); }
     void forward(StepContext<T>& c, T* act, const T* uv, std::int64_t N, std::int64_t F) {
@@ -52,5 +59,39 @@ struct scaled_swiglu {
     }
   };
 };
+
+// Whether the activation reads [u | g] (2F wide) or u alone (F wide).
+template <class A>
+constexpr bool activation_gated() {
+  if constexpr (requires { A::gated; }) return bool(A::gated);
+  else return true;
+}
+
+// The plain activations: one elementwise function and its derivative, run by
+// the backend's `pointwise_forward/backward` (no parameters).
+
+template <Pointwise Fn, const char* Name>
+struct plain_activation {
+  static constexpr std::string_view name = Name;
+  static constexpr bool gated = false;
+  template <class T, class Backend>
+  struct site {
+    void declare(ParamStore<T>&, const std::string&, const ModelConfig&) {}
+    void forward(StepContext<T>&, T* act, const T* u, std::int64_t N, std::int64_t F) {
+      Backend::pointwise_forward(Fn, act, u, N * F);
+    }
+    void backward(StepContext<T>&, T* du, const T* dact, const T* u, std::int64_t N, std::int64_t F) {
+      Backend::pointwise_backward(Fn, du, dact, u, N * F);
+    }
+  };
+};
+namespace detail {
+inline constexpr char relu2_name[] = "relu2";
+inline constexpr char gelu_tanh_name[] = "gelu_tanh";
+inline constexpr char gelu_erf_name[] = "gelu_erf";
+}  // namespace detail
+using relu2 = plain_activation<Pointwise::relu2, detail::relu2_name>;
+using gelu_tanh = plain_activation<Pointwise::gelu_tanh, detail::gelu_tanh_name>;
+using gelu_erf = plain_activation<Pointwise::gelu_erf, detail::gelu_erf_name>;
 
 }  // namespace normlab

@@ -1,7 +1,7 @@
 #pragma once
 // What happens to q and k between their projections and attention: RoPE, and
 // the scheme's treatment. Each is a type whose `site<T, Backend>`:
-//   forward(ctx, q, k)     q, k (N, C) straight from the projections; applies
+//   forward(ctx, q, k)     q (N, C), k (N, Hkv·D) straight from the projections; applies
 //                          RoPE from position ctx.pos0, and returns through
 //                          qa()/ka() what attention sees
 //   backward(ctx, dq, dk, scratch)  dq, dk: gradients at qa/ka on entry, at
@@ -11,11 +11,22 @@
 #include <string>
 #include <string_view>
 
+#include "normlab/core/error.hpp"
 #include "normlab/nn/context.hpp"
 #include "normlab/nn/params.hpp"
 #include "normlab/nn/scale.hpp"
 
 namespace normlab {
+
+// nGPT's s_qk is one vector over C = n_head·head_dim that scales q and k alike;
+// with fewer key/value heads than query heads no such pairing exists.
+inline void require_full_kv(const ModelConfig& cfg, std::string_view site) {
+  if (cfg.grouped_kv())
+    throw Error("qk site '" + std::string(site) + "' scales q and k with one s_qk over n_head·head_dim, so it needs "
+                "as many key/value heads as query heads: n_kv_heads = " + std::to_string(cfg.n_kv_heads) +
+                ", n_head = " + std::to_string(cfg.n_head) + " (use qk_rope or qk_rms_gain with grouped-query "
+                "attention)");
+}
 
 // GPT: RoPE, nothing else.
 struct qk_rope {
@@ -30,13 +41,13 @@ struct qk_rope {
       q = q_;
       k = k_;
       Backend::rope_apply(q, c.rope_cos, c.rope_sin, c.B, c.Tn, c.H(), c.D(), false, c.pos0);
-      Backend::rope_apply(k, c.rope_cos, c.rope_sin, c.B, c.Tn, c.H(), c.D(), false, c.pos0);
+      Backend::rope_apply(k, c.rope_cos, c.rope_sin, c.B, c.Tn, c.Hkv(), c.D(), false, c.pos0);
     }
     const T* qa() const { return q; }
     const T* ka() const { return k; }
     void backward(StepContext<T>& c, T* dq, T* dk, T* /*scratch*/) {
       Backend::rope_apply(dq, c.rope_cos, c.rope_sin, c.B, c.Tn, c.H(), c.D(), true);
-      Backend::rope_apply(dk, c.rope_cos, c.rope_sin, c.B, c.Tn, c.H(), c.D(), true);
+      Backend::rope_apply(dk, c.rope_cos, c.rope_sin, c.B, c.Tn, c.Hkv(), c.D(), true);
     }
   };
 };
@@ -59,29 +70,29 @@ struct qk_rms_gain {
     }
     void bind(Arena<T>& ar, std::int64_t N, const ModelConfig& cfg) {
       qn = ar.take(N * cfg.n_head);
-      kn = ar.take(N * cfg.n_head);
+      kn = ar.take(N * cfg.kv_heads());
       qs = ar.take(N * cfg.n_embd);
-      ks = ar.take(N * cfg.n_embd);
+      ks = ar.take(N * cfg.kv_dim());
     }
     void forward(StepContext<T>& c, T* q_, T* k_) {
       q = q_;
       k = k_;
-      const std::int64_t rows = c.N() * c.H(), D = c.D();
+      const std::int64_t D = c.D();
       Backend::rope_apply(q, c.rope_cos, c.rope_sin, c.B, c.Tn, c.H(), D, false, c.pos0);
-      Backend::rope_apply(k, c.rope_cos, c.rope_sin, c.B, c.Tn, c.H(), D, false, c.pos0);
-      Backend::rmsnorm_forward(qs, qn, q, c.P(q_gain), rows, D, T(c.cfg->rmsnorm_eps));
-      Backend::rmsnorm_forward(ks, kn, k, c.P(k_gain), rows, D, T(c.cfg->rmsnorm_eps));
+      Backend::rope_apply(k, c.rope_cos, c.rope_sin, c.B, c.Tn, c.Hkv(), D, false, c.pos0);
+      Backend::rmsnorm_forward(qs, qn, q, c.P(q_gain), c.N() * c.H(), D, T(c.cfg->rmsnorm_eps));
+      Backend::rmsnorm_forward(ks, kn, k, c.P(k_gain), c.N() * c.Hkv(), D, T(c.cfg->rmsnorm_eps));
     }
     const T* qa() const { return qs; }
     const T* ka() const { return ks; }
     void backward(StepContext<T>& c, T* dq, T* dk, T* scratch) {
-      const std::int64_t rows = c.N() * c.H(), D = c.D(), NC = c.N() * c.C();
-      Backend::rmsnorm_backward(scratch, c.G(q_gain), dq, q, c.P(q_gain), qn, rows, D);
-      Backend::copy(dq, scratch, NC);
-      Backend::rmsnorm_backward(scratch, c.G(k_gain), dk, k, c.P(k_gain), kn, rows, D);
-      Backend::copy(dk, scratch, NC);
+      const std::int64_t D = c.D(), N = c.N();
+      Backend::rmsnorm_backward(scratch, c.G(q_gain), dq, q, c.P(q_gain), qn, N * c.H(), D);
+      Backend::copy(dq, scratch, N * c.C());
+      Backend::rmsnorm_backward(scratch, c.G(k_gain), dk, k, c.P(k_gain), kn, N * c.Hkv(), D);
+      Backend::copy(dk, scratch, N * c.KV());
       Backend::rope_apply(dq, c.rope_cos, c.rope_sin, c.B, c.Tn, c.H(), D, true);
-      Backend::rope_apply(dk, c.rope_cos, c.rope_sin, c.B, c.Tn, c.H(), D, true);
+      Backend::rope_apply(dk, c.rope_cos, c.rope_sin, c.B, c.Tn, c.Hkv(), D, true);
     }
   };
 };
@@ -99,6 +110,7 @@ struct qk_unit_scaled {
     T *qn = nullptr, *kn = nullptr;  // (N, H) per-head norms
     T *qs = nullptr, *ks = nullptr;  // (N, C) s_qk ⊙ unit: what attention sees
     void declare(ParamStore<T>& p, const std::string& prefix, const ModelConfig& cfg) {
+      require_full_kv(cfg, name);
       sqk.declare(p, prefix + "sqk", cfg.n_embd, cfg.base_scale);
     }
     void bind(Arena<T>& ar, std::int64_t N, const ModelConfig& cfg) {
@@ -143,6 +155,7 @@ struct qk_scaled_only {
     T *q = nullptr, *k = nullptr;    // (N, C) after RoPE
     T *qs = nullptr, *ks = nullptr;  // (N, C) s_qk ⊙ q
     void declare(ParamStore<T>& p, const std::string& prefix, const ModelConfig& cfg) {
+      require_full_kv(cfg, name);
       sqk.declare(p, prefix + "sqk", cfg.n_embd, cfg.base_scale);
     }
     void bind(Arena<T>& ar, std::int64_t N, const ModelConfig& cfg) {

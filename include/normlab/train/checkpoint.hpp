@@ -14,6 +14,7 @@
 
 #include "normlab/core/error.hpp"
 #include "normlab/core/exact.hpp"
+#include "normlab/train/checkpoint_meta.hpp"
 #include "normlab/io/safetensors.hpp"
 #include "normlab/model/transformer.hpp"
 #include "normlab/optim/adamw.hpp"
@@ -21,78 +22,6 @@
 #include "normlab/train/variants.hpp"
 
 namespace normlab {
-
-// ---- metadata readers that name the file and the key (never a raw std:: exception)
-
-inline std::int64_t checkpoint_int(const io::SafetensorsFile& f, const std::string& key) {
-  const std::string v = f.metadata_value(key);  // names the file when missing
-  std::int64_t x = 0;
-  const auto r = std::from_chars(v.data(), v.data() + v.size(), x);
-  if (v.empty() || r.ec != std::errc() || r.ptr != v.data() + v.size())
-    throw Error(f.source() + ": metadata '" + key + "' = '" + v.substr(0, 40) + "' is not an integer");
-  return x;
-}
-inline std::uint64_t checkpoint_uint(const io::SafetensorsFile& f, const std::string& key) {
-  const std::string v = f.metadata_value(key);
-  std::uint64_t x = 0;
-  const auto r = std::from_chars(v.data(), v.data() + v.size(), x);
-  if (v.empty() || r.ec != std::errc() || r.ptr != v.data() + v.size())
-    throw Error(f.source() + ": metadata '" + key + "' = '" + v.substr(0, 40) + "' is not a non-negative integer");
-  return x;
-}
-inline double checkpoint_double(const io::SafetensorsFile& f, const std::string& key) {
-  const std::string v = f.metadata_value(key);
-  double x = 0;
-  const auto r = std::from_chars(v.data(), v.data() + v.size(), x);
-  if (v.empty() || r.ec != std::errc() || r.ptr != v.data() + v.size() || !std::isfinite(x))
-    throw Error(f.source() + ": metadata '" + key + "' = '" + v.substr(0, 40) + "' is not a finite number");
-  return x;
-}
-
-// Every value of a parameter or optimizer tensor must be finite: a NaN/Inf
-// checkpoint would train, sample or diagnose garbage. Names the file and tensor.
-template <class T>
-void require_finite_tensor(std::span<const T> v, const std::string& file, const std::string& tensor) {
-  for (std::size_t i = 0; i < v.size(); ++i)
-    if (!std::isfinite(double(v[i])))
-      throw Error(file + ": tensor '" + tensor + "' holds a non-finite value (" + std::to_string(double(v[i])) +
-                  " at element " + std::to_string(i) + " of " + std::to_string(v.size()) +
-                  "); the checkpoint cannot be used");
-}
-
-// The config fields a checkpoint records: every one that changes the function the
-// model computes (integers exactly; reals as their shortest exact text).
-inline const std::vector<std::pair<const char*, double ModelConfig::*>>& checkpoint_real_fields() {
-  static const std::vector<std::pair<const char*, double ModelConfig::*>> f = {
-      {"base_scale", &ModelConfig::base_scale},
-      {"rmsnorm_eps", &ModelConfig::rmsnorm_eps},
-      {"rope_base", &ModelConfig::rope_base},
-      {"alpha_init", &ModelConfig::alpha_init},
-      {"sqk_init", &ModelConfig::sqk_init},
-      {"suv_init", &ModelConfig::suv_init},
-      {"sz_init", &ModelConfig::sz_init},
-      {"angpt_attn_factor_mult", &ModelConfig::angpt_attn_factor_mult},
-      {"angpt_mlp_factor_mult", &ModelConfig::angpt_mlp_factor_mult}};
-  return f;
-}
-
-// The model config a checkpoint was written with (to build the model that loads it).
-inline ModelConfig checkpoint_config(const io::SafetensorsFile& f) {
-  ModelConfig c;
-  c.vocab_size = checkpoint_int(f, "vocab_size");
-  c.n_embd = checkpoint_int(f, "n_embd");
-  c.n_head = checkpoint_int(f, "n_head");
-  c.n_layer = checkpoint_int(f, "n_layer");
-  for (const auto& [key, field] : checkpoint_real_fields()) c.*field = checkpoint_double(f, key);
-  return c;
-}
-// The context length the model was built for (anGPT's attention factor depends on
-// it): "max_seq", else the training run's "run.seq", else 0 (unknown).
-inline std::int64_t checkpoint_max_seq(const io::SafetensorsFile& f) {
-  if (f.metadata().count("max_seq")) return checkpoint_int(f, "max_seq");
-  if (f.metadata().count("run.seq")) return checkpoint_int(f, "run.seq");
-  return 0;
-}
 
 // Name of the registered variant a model type is ("gpt", "ngpt", …), or its
 // policy signature when it is a user-made combination.
@@ -130,6 +59,9 @@ void save_checkpoint(const std::filesystem::path& path, const Model& model, cons
   w.set_metadata("n_embd", std::to_string(c.n_embd));
   w.set_metadata("n_head", std::to_string(c.n_head));
   w.set_metadata("n_layer", std::to_string(c.n_layer));
+  for (const auto& [key, value] : checkpoint_shape_fields(c)) w.set_metadata(key, std::to_string(value));
+  w.set_metadata("architecture", Model::architecture());
+  w.set_metadata("scalar", sizeof(T) == 4 ? "float32" : "float64");
   for (const auto& [key, field] : checkpoint_real_fields()) w.set_metadata(key, exact_string(c.*field));
   w.set_metadata("max_seq", std::to_string(model.max_seq()));
   w.set_metadata("attn_output_factor", exact_string(model.attn_output_factor()));
@@ -169,36 +101,6 @@ void save_checkpoint(const std::filesystem::path& path, const Model& model, cons
   w.write_atomic(path);
 }
 
-// The optimizer a checkpoint's state belongs to: its "optimizer" metadata, or
-// "adamw" for a checkpoint written before normlab recorded it (AdamW was then
-// the only optimizer).
-inline std::string checkpoint_optimizer(const io::SafetensorsFile& f) {
-  return f.metadata().count("optimizer") ? f.metadata_value("optimizer") : std::string("adamw");
-}
-
-// Refuses to resume an optimizer from another optimizer's state, or with other
-// hyperparameters than it was saved with (naming both).
-template <class Opt>
-void check_checkpoint_optimizer(const io::SafetensorsFile& f, const Opt& opt) {
-  const std::string want = optimizer_name_of(opt), got = checkpoint_optimizer(f);
-  if (got != want)
-    throw Error(f.source() + ": checkpoint holds the state of optimizer '" + got + "', this run's optimizer is '" +
-                want + "' (resume with --optimizer " + got + ", or start a new run)");
-  // Before the optimizer was recorded, AdamW always ran with these.
-  const std::map<std::string, std::string> legacy = {{"beta1", "0.9"}, {"beta2", "0.95"}, {"eps", "1e-08"}};
-  const bool recorded = f.metadata().count("optimizer") > 0;
-  for (const auto& [k, v] : opt.hyperparameters()) {
-    const std::string key = "optim." + k;
-    std::string had;
-    if (f.metadata().count(key)) had = f.metadata_value(key);
-    else if (!recorded && legacy.count(k)) had = legacy.at(k);
-    else if (!recorded) continue;  // e.g. weight_decay: the driver checks run.weight_decay
-    else throw Error(f.source() + ": checkpoint of optimizer '" + got + "' lacks its hyperparameter " + k);
-    if (had != v)
-      throw Error(f.source() + ": checkpoint's optimizer has " + k + " = " + had + ", this run's has " + v);
-  }
-}
-
 // Loads parameters (and optimizer state when `opt` is given) into `model`.
 // A checkpoint of another variant or shape is refused with an error naming both.
 // Into the host store (and, on a backend with its own memory, up to the device after).
@@ -226,6 +128,25 @@ void load_checkpoint(const io::SafetensorsFile& f, Model& model, Opt* opt) {
   check("n_embd", c.n_embd);
   check("n_head", c.n_head);
   check("n_layer", c.n_layer);
+  // Attention's and the MLP's shapes; a checkpoint written before they were
+  // recorded holds the classic ones (multi-head, 4C, full causal).
+  const ModelConfig classic = [&] {
+    ModelConfig k = c;
+    k.n_kv_heads = k.d_ff = k.attn_window = 0;
+    return k;
+  }();
+  const auto classic_fields = checkpoint_shape_fields(classic);
+  const auto model_fields = checkpoint_shape_fields(c);
+  for (std::size_t i = 0; i < model_fields.size(); ++i) {
+    const auto& [key, v] = model_fields[i];
+    const std::string got = f.metadata().count(key) ? f.metadata_value(key) : std::to_string(classic_fields[i].second);
+    if (got != std::to_string(v))
+      throw Error(f.source() + ": checkpoint has " + key + " = " + got + ", the model has " + std::to_string(v) +
+                  (f.metadata().count(key) ? "" : " (the checkpoint predates the field: it holds the classic shape)"));
+  }
+  if (f.metadata().count("architecture") && f.metadata_value("architecture") != Model::architecture())
+    throw Error(f.source() + ": checkpoint's policies are " + f.metadata_value("architecture") + ", the model's " +
+                Model::architecture());
   // The real-valued config: a model built with another eps, RoPE base, scale
   // init or anGPT multiplier computes another function from the same weights.
   for (const auto& [key, field] : checkpoint_real_fields()) {

@@ -13,34 +13,13 @@
 //
 // Exit codes: 0 success, 2 bad input (flags, data, checkpoints), 3 the run
 // stopped on a non-finite loss or gradient (the last good checkpoint is kept).
-#include "normlab/dist/comm.hpp"
-#ifdef NORMLAB_HAVE_MPI
-#include "normlab/dist/mpi.hpp"
-#endif
 #include "normlab/optim/any_optimizer.hpp"
-#include "normlab/train/model_handle.hpp"
+#include "normlab/train/driver_core.hpp"
+#include "normlab/train/model_adapter.hpp"
 #include "normlab/train/run_options.hpp"
 #include "normlab/train/variants.hpp"
 
 namespace normlab {
-
-// The communicator a trainer is built with: MPI where the build links it
-// (NORMLAB_HAVE_MPI; a process no launcher started is still a group of one),
-// else a single process.
-#ifdef NORMLAB_HAVE_MPI
-using default_communicator = dist::MpiComm;
-#else
-using default_communicator = dist::SingleProcess;
-#endif
-
-namespace detail {
-template <class Comm, class Backend>
-int train_main_with(int argc, char** argv, const VariantEntry<Backend>& v, const OptimizerMenu<Backend>& menu);
-template <class Comm, class Backend>
-int run_training_with(TrainOptions o, Comm& comm, const VariantEntry<Backend>& v, const OptimizerMenu<Backend>& menu);
-template <class Comm, class Backend>
-int time_training_with(TrainOptions o, Comm& comm, const VariantEntry<Backend>& v, const OptimizerMenu<Backend>& menu);
-}  // namespace detail
 
 // main() of every train-<variant> executable. Under `mpirun -np N` (an MPI
 // build) the run is data parallel over N ranks with the same global --batch.

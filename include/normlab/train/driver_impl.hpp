@@ -39,10 +39,11 @@
 #include "normlab/optim/adamw.hpp"
 #include "normlab/optim/any_optimizer.hpp"
 #include "normlab/optim/schedule.hpp"
-#include "normlab/train/checkpoint.hpp"
+#include "normlab/train/checkpoint_meta.hpp"
 #include "normlab/train/cli.hpp"
 #include "normlab/train/data.hpp"
-#include "normlab/train/driver.hpp"
+#include "normlab/backend/cpu/backend.hpp"
+#include "normlab/train/driver_core.hpp"
 #include "normlab/train/model_handle.hpp"
 #include "normlab/train/run_options.hpp"
 
@@ -411,6 +412,9 @@ inline std::vector<std::pair<std::string, std::string>> flags_fingerprint(const 
           {"d", std::to_string(o.d)},
           {"layers", std::to_string(o.layers)},
           {"heads", std::to_string(o.heads)},
+          {"kv-heads", std::to_string(o.kv_heads)},
+          {"d-ff", std::to_string(o.d_ff)},
+          {"window", std::to_string(o.window)},
           {"lr", exact_string(o.lr)},
           {"min-lr", exact_string(o.min_lr)},
           {"warmup", std::to_string(o.warmup)},
@@ -553,7 +557,7 @@ int time_training_with(TrainOptions o, Comm& comm, const VariantEntry<Backend>& 
   detail::DataParallel<Comm> dp(comm, o);
   detail::check_ranks_agree(comm, [&] { return detail::flags_fingerprint(o, v.name); });
   const data::TokenData td = detail::load_training_data_in_turn(o, comm);
-  const ModelConfig mc = detail::model_config(o, td.vocab_size);
+  const ModelConfig mc = detail::model_config(o, td.vocab_size, v.configure);
   data::BatchSampler sampler(td.train, o.batch, o.seq, o.seed, "train");
   v.plan_memory(mc, detail::per_rank(o, dp));
   std::vector<std::int64_t> idx(static_cast<std::size_t>(o.batch * o.seq)), tgt(idx.size());
@@ -648,14 +652,14 @@ int run_training_with(TrainOptions o, Comm& comm, const VariantEntry<Backend>& v
   }
   if (o.lr == 0) {
     o.lr = v.default_lr;
-    lr_source = "the default for " + std::string(v.name) + " (" + std::string(variants::kDefaultLrSource) + ")";
+    lr_source = "the default for " + std::string(v.name) + " (" + std::string(v.default_lr_source) + ")";
   }
   if (o.min_lr < 0) o.min_lr = o.lr / 10;
   if (o.min_lr > o.lr) throw Error("--min-lr " + exact_string(o.min_lr) + " must not exceed --lr " + exact_string(o.lr));
   v.apply_defaults(o);
   detail::set_threads(o);
   const data::TokenData td = detail::load_training_data_in_turn(o, comm);
-  const ModelConfig mc = detail::model_config(o, td.vocab_size);
+  const ModelConfig mc = detail::model_config(o, td.vocab_size, v.configure);
   data::BatchSampler sampler(td.train, o.batch, o.seq, o.seed, "train");
   // Before anything of the run's size is allocated (per rank: its share of the batch).
   RunMemory memory = v.plan_memory(mc, detail::per_rank(o, dp));
@@ -944,6 +948,15 @@ inline std::optional<int> parse_train_command(int argc, const char* const* argv,
   app.add_option("--d", o.d, "embedding dimension")->capture_default_str()->check(positive_integer());
   app.add_option("--layers", o.layers, "transformer blocks")->capture_default_str()->check(positive_integer());
   app.add_option("--heads", o.heads, "attention heads")->capture_default_str()->check(positive_integer());
+  app.add_option("--kv-heads", o.kv_heads,
+                 "key/value heads (grouped-query attention when fewer than --heads; default: the variant's, else "
+                 "--heads)")
+      ->check(positive_integer());
+  app.add_option("--d-ff", o.d_ff, "the MLP's hidden width (default: the variant's, else 4 x --d)")
+      ->check(positive_integer());
+  app.add_option("--window", o.window,
+                 "causal sliding-window attention over this many positions (0: full; default: the variant's, else 0)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--lr", o.lr, "peak learning rate (default: the variant's, from docs/study.md's sweep: " +
                                    std::string(variant) + " " + exact_string(default_lr) + ")")
       ->check(positive_real());
@@ -1126,7 +1139,7 @@ int train_main_with(int argc, char** argv, const VariantEntry<Backend>& v, const
     if (cmd.dry_run) {
       const double lr = o.lr > 0 ? o.lr : v.default_lr, min_lr = o.min_lr >= 0 ? o.min_lr : lr / 10;
       if (min_lr > lr) throw Error("--min-lr " + exact_string(min_lr) + " must not exceed --lr " + exact_string(lr));
-      const ModelConfig mc = detail::model_config(o, o.vocab > 0 ? o.vocab : 256);
+      const ModelConfig mc = detail::model_config(o, o.vocab > 0 ? o.vocab : 256, v.configure);
       mc.validate();
       {
         TrainOptions t = o;

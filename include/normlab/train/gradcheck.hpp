@@ -41,15 +41,29 @@ struct TensorGradError {
   double rel_error = 0;  // ‖analytic − numeric‖ / ‖numeric‖ over the checked entries
 };
 
+// The shape a gradient check runs at: the model's config and the batch. The
+// default is the probe every built-in variant is checked at (every code path,
+// dk = 8, odd T); a policy that acts only at some shape (a window shorter than
+// T, grouped kv heads, another d_ff) is checked by passing that shape.
+struct GradcheckShape {
+  ModelConfig config = [] {
+    ModelConfig mc;
+    mc.vocab_size = 11;
+    mc.n_embd = 16;
+    mc.n_head = 2;
+    mc.n_layer = 2;
+    return mc;
+  }();
+  std::int64_t batch = 2;
+  std::int64_t seq = 5;
+};
+
 // samples_per_tensor = 0 checks every entry.
 template <class Model>
-std::vector<TensorGradError> check_model_gradients(std::uint64_t seed, std::size_t samples_per_tensor = 0) {
+std::vector<TensorGradError> check_model_gradients(std::uint64_t seed, const GradcheckShape& shape,
+                                                   std::size_t samples_per_tensor = 0) {
   static_assert(std::is_same_v<typename Model::scalar_type, double>, "gradient checks run in float64");
-  ModelConfig mc;
-  mc.vocab_size = 11;
-  mc.n_embd = 16;
-  mc.n_head = 2;
-  mc.n_layer = 2;
+  ModelConfig mc = shape.config;
   // GPT's reference init (std 0.02) makes the q/k gradients ~1e-5 of the loss,
   // where the finite difference's rounding alone (≈1e-10 absolute) is 1e-5
   // relative; a larger init exercises the same code with well-scaled gradients.
@@ -57,7 +71,7 @@ std::vector<TensorGradError> check_model_gradients(std::uint64_t seed, std::size
   // Likewise α = 0.05 scales every gradient inside the sub-layers by ~1/20,
   // down to that rounding floor (measured: 4e-7 on W_proj); 0.3 lifts them.
   if constexpr (rule_learns_alpha<typename Model::residual>()) mc.alpha_init = 0.3;
-  const std::int64_t B = 2, T = 5;
+  const std::int64_t B = shape.batch, T = shape.seq;
   Model model(mc, B, T);
   model.init(seed);
   auto& store = model.params();
@@ -95,6 +109,11 @@ std::vector<TensorGradError> check_model_gradients(std::uint64_t seed, std::size
     out.push_back({s.name, entries.size(), den > 0 ? std::sqrt(num / den) : std::sqrt(num)});
   }
   return out;
+}
+
+template <class Model>
+std::vector<TensorGradError> check_model_gradients(std::uint64_t seed, std::size_t samples_per_tensor = 0) {
+  return check_model_gradients<Model>(seed, GradcheckShape{}, samples_per_tensor);
 }
 
 }  // namespace normlab

@@ -8,7 +8,8 @@
 //    constraint) and its checkpoint I/O, as virtual calls. A step makes a few
 //    of them; next to the step's GEMMs they cost nothing measurable.
 //  * VariantEntry<Backend>: a variant's name, defaults, memory plan, a factory
-//    for its model and its sampler (variant_entry<Tag, Backend>()).
+//    for its model and its sampler (variant_entry<Tag, Backend>(),
+//    model_adapter.hpp, where the model types are).
 //  * OptimizerMenu<Backend>: the optimizers --optimizer may name
 //    (optimizer_menu<Backend, List>()).
 #include <cstdint>
@@ -19,11 +20,11 @@
 #include <string>
 #include <string_view>
 
+#include "normlab/io/safetensors.hpp"
+#include "normlab/nn/config.hpp"
+#include "normlab/nn/params.hpp"
 #include "normlab/optim/any_optimizer.hpp"
-#include "normlab/train/checkpoint.hpp"
 #include "normlab/train/run_options.hpp"
-#include "normlab/train/sampling.hpp"
-#include "normlab/train/variants.hpp"
 
 namespace normlab {
 
@@ -58,63 +59,17 @@ class ModelHandle {
   virtual void backward_reporting(bool accumulate, const std::function<void(std::size_t)>* ready) = 0;
 };
 
-template <class Model>
-class ModelAdapter final : public ModelHandle<typename Model::backend> {
-  using Base = ModelHandle<typename Model::backend>;
-
- public:
-  static_assert(std::is_same_v<typename Model::scalar_type, float>, "the training driver trains float32 models");
-  ModelAdapter(const ModelConfig& mc, std::int64_t batch, std::int64_t seq) : m_(mc, batch, seq) {}
-  double forward(const std::int64_t* idx, const std::int64_t* targets, std::int64_t B, std::int64_t Tn) override {
-    return m_.forward(idx, targets, B, Tn);
-  }
-  ParamStore<float>& params() override { return m_.params(); }
-  const ParamStore<float>& params() const override { return m_.params(); }
-  float* param_values() override { return m_.param_values(); }
-  float* param_grads() override { return m_.param_grads(); }
-  void init(std::uint64_t seed) override { m_.init(seed); }
-  void apply_constraint() override { m_.apply_constraint(); }
-  void download_params() override { m_.download_params(); }
-  void save(const std::filesystem::path& path, const typename Base::optimizer* opt,
-            const std::map<std::string, std::string>& metadata) const override {
-    save_checkpoint(path, m_, opt, metadata);
-  }
-  void load(const io::SafetensorsFile& f, typename Base::optimizer* opt) override { load_checkpoint(f, m_, opt); }
-  Model& model() { return m_; }
-
- private:
-  void backward_reporting(bool accumulate, const std::function<void(std::size_t)>* ready) override {
-    if (ready) m_.backward(accumulate, *ready);
-    else m_.backward(accumulate);
-  }
-  Model m_;
-};
-
 template <class Backend>
 struct VariantEntry {
   std::string_view name, isolates;
   double default_lr = 0;
+  std::string_view default_lr_source;               // where default_lr comes from, for the run's header
   void (*apply_defaults)(TrainOptions&) = nullptr;  // the papers' warmup and weight decay
+  void (*configure)(ModelConfig&) = nullptr;        // the variant's own architecture (kv heads, d_ff, window), if any
   RunMemory (*plan_memory)(const ModelConfig&, const TrainOptions&) = nullptr;
   std::unique_ptr<ModelHandle<Backend>> (*make)(const ModelConfig&, std::int64_t batch, std::int64_t seq) = nullptr;
   std::string (*sample)(const SampleOptions&) = nullptr;  // on the CPU, from a checkpoint
 };
-
-template <class Tag, class Backend>
-VariantEntry<Backend> variant_entry() {
-  using Model = model_of<Tag, float, Backend>;
-  VariantEntry<Backend> e;
-  e.name = Tag::name;
-  e.isolates = Tag::isolates;
-  e.default_lr = Tag::default_lr;
-  e.apply_defaults = &apply_variant_defaults<Model>;
-  e.plan_memory = &plan_run_memory<Model>;
-  e.make = +[](const ModelConfig& mc, std::int64_t batch, std::int64_t seq) -> std::unique_ptr<ModelHandle<Backend>> {
-    return std::make_unique<ModelAdapter<Model>>(mc, batch, seq);
-  };
-  e.sample = &run_sampling<Tag>;
-  return e;
-}
 
 template <class Backend>
 struct OptimizerMenu {

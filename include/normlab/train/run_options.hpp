@@ -1,7 +1,6 @@
 #pragma once
 // A training run's options and plans, without the machinery that runs it: the
-// flags a train-<variant> takes (TrainOptions), the papers' per-variant
-// defaults, the optimizer's and the schedule's settings from the flags, and the
+// flags a train-<variant> takes (TrainOptions), the optimizer's and the schedule's settings from the flags, and the
 // memory plan that refuses a run too large for the machine before it allocates.
 #include <cmath>
 #include <cstdint>
@@ -12,7 +11,6 @@
 
 #include "normlab/core/error.hpp"
 #include "normlab/nn/config.hpp"
-#include "normlab/nn/policies.hpp"
 #include "normlab/optim/optimizer.hpp"
 #include "normlab/optim/schedule.hpp"
 #include "normlab/train/data.hpp"
@@ -29,6 +27,9 @@ struct TrainOptions {
   std::int64_t d = 128;
   std::int64_t layers = 4;
   std::int64_t heads = 4;
+  std::int64_t kv_heads = -1;        // -1: the variant's (n_head unless it sets one)
+  std::int64_t d_ff = -1;            // -1: the variant's (4·d unless it sets one)
+  std::int64_t window = -1;          // -1: the variant's (full causal unless it sets one)
   double lr = 0;                     // 0: the variant's default (variants.hpp), or the checkpoint's on resume
   double min_lr = -1;                // -1: lr / 10
   std::int64_t warmup = -1;          // -1: the variant's default
@@ -63,15 +64,6 @@ struct TrainOptions {
   bool quiet = false;
   double max_memory = 0;             // bytes; 0: the machine's available memory
 };
-
-// The papers' defaults: GPT warms up and decays its matrices; nGPT and anGPT
-// use neither warmup nor weight decay.
-template <class Model>
-void apply_variant_defaults(TrainOptions& o) {
-  constexpr bool normalized = keeps_unit_hidden<typename Model::scheme>;
-  if (o.warmup < 0) o.warmup = normalized ? 0 : o.steps / 10;
-  if (o.weight_decay < 0) o.weight_decay = normalized ? 0.0 : 0.1;
-}
 
 // The optimizer's hyperparameters from a run's flags (after the variant's defaults).
 inline OptimizerOptions optimizer_options(const TrainOptions& o) {
@@ -211,13 +203,21 @@ RunMemory plan_run_memory(const ModelConfig& mc, const TrainOptions& o) {
 }
 
 namespace detail {
-// The model a run of these flags trains, for a vocabulary of `vocab`.
-inline ModelConfig model_config(const TrainOptions& o, std::int64_t vocab) {
+// The model a run of these flags trains, for a vocabulary of `vocab`: the
+// sizes from the flags, then the variant's own architecture (`configure`, a
+// tag's optional `static void configure(ModelConfig&)`), then --kv-heads,
+// --d-ff and --window where given.
+inline ModelConfig model_config(const TrainOptions& o, std::int64_t vocab,
+                                void (*configure)(ModelConfig&) = nullptr) {
   ModelConfig mc;
   mc.vocab_size = vocab;
   mc.n_embd = o.d;
   mc.n_head = o.heads;
   mc.n_layer = o.layers;
+  if (configure) configure(mc);
+  if (o.kv_heads >= 0) mc.n_kv_heads = o.kv_heads;
+  if (o.d_ff >= 0) mc.d_ff = o.d_ff;
+  if (o.window >= 0) mc.attn_window = o.window;
   return mc;
 }
 }  // namespace detail

@@ -66,6 +66,12 @@ struct cpu_backend {
   NORMLAB_CPU_LEAF(attention_backward)
   NORMLAB_CPU_LEAF(attention_decode)
   NORMLAB_CPU_LEAF(attention_probs)
+  // Grouped-query attention: kv rows widened to every query head, and back.
+  NORMLAB_CPU_LEAF(kv_repeat)
+  NORMLAB_CPU_LEAF(kv_group_sum)
+  // Plain (ungated) MLP activations, elementwise.
+  NORMLAB_CPU_LEAF(pointwise_forward)
+  NORMLAB_CPU_LEAF(pointwise_backward)
   // MLP activations.
   NORMLAB_CPU_LEAF(swiglu_forward)
   NORMLAB_CPU_LEAF(swiglu_backward)

@@ -17,10 +17,14 @@
   EXT template void rope_apply<T_>(T_* x, const T_* cosv, const T_* sinv, std::int64_t B, std::int64_t Tn, std::int64_t H, std::int64_t dk, bool inverse, std::int64_t pos0); \
   EXT template void rope_l2norm_scale_forward<T_>(T_* x, T_* xh, T_* norm, T_* xs, const T_* s, const T_* cosv, const T_* sinv, std::int64_t B, std::int64_t Tn, std::int64_t H, std::int64_t dk, std::int64_t pos0); \
   EXT template void rope_l2norm_scale_backward<T_>(T_* dx, T_* ds, const T_* xh, const T_* norm, const T_* s, const T_* cosv, const T_* sinv, std::int64_t B, std::int64_t Tn, std::int64_t H, std::int64_t dk, T_ c); \
-  EXT template void attention_forward<T_>(T_* y, T_* lse, const T_* q, const T_* k, const T_* v, std::int64_t B, std::int64_t Tn, std::int64_t H, std::int64_t dk, T_ scale); \
-  EXT template void attention_backward<T_>(T_* dq, T_* dk_, T_* dv, const T_* dy, const T_* y, const T_* lse, const T_* q, const T_* k, const T_* v, std::int64_t B, std::int64_t Tn, std::int64_t H, std::int64_t dk, T_ scale); \
-  EXT template void attention_probs<T_>(T_* P, const T_* lse, const T_* q, const T_* k, std::int64_t B, std::int64_t Tn, std::int64_t H, std::int64_t dk, T_ scale); \
+  EXT template void attention_forward<T_>(T_* y, T_* lse, const T_* q, const T_* k, const T_* v, std::int64_t B, std::int64_t Tn, std::int64_t H, std::int64_t dk, T_ scale, std::int64_t window); \
+  EXT template void attention_backward<T_>(T_* dq, T_* dk_, T_* dv, const T_* dy, const T_* y, const T_* lse, const T_* q, const T_* k, const T_* v, std::int64_t B, std::int64_t Tn, std::int64_t H, std::int64_t dk, T_ scale, std::int64_t window); \
+  EXT template void attention_probs<T_>(T_* P, const T_* lse, const T_* q, const T_* k, std::int64_t B, std::int64_t Tn, std::int64_t H, std::int64_t dk, T_ scale, std::int64_t window); \
   EXT template void attention_decode<T_>(T_* y, T_* p, const T_* q, const T_* kc, const T_* vc, std::int64_t S, std::int64_t H, std::int64_t dk, T_ scale); \
+  EXT template void kv_repeat<T_>(T_* y, const T_* x, std::int64_t N, std::int64_t H, std::int64_t Hkv, std::int64_t dk); \
+  EXT template void kv_group_sum<T_>(T_* dx, const T_* dy, std::int64_t N, std::int64_t H, std::int64_t Hkv, std::int64_t dk); \
+  EXT template void pointwise_forward<T_>(Pointwise fn, T_* act, const T_* u, std::int64_t n); \
+  EXT template void pointwise_backward<T_>(Pointwise fn, T_* du, const T_* dact, const T_* u, std::int64_t n); \
   EXT template void swiglu_forward<T_>(T_* act, const T_* uv, std::int64_t N, std::int64_t F); \
   EXT template void swiglu_backward<T_>(T_* duv, const T_* dact, const T_* uv, std::int64_t N, std::int64_t F); \
   EXT template void scaled_swiglu_forward<T_>(T_* act, const T_* uv, const T_* s, std::int64_t N, std::int64_t F); \

@@ -32,6 +32,7 @@ static_assert(EIGEN_VERSION_AT_LEAST(3, 4, 0),
 #include "normlab/backend/cpu/attention_avx512.hpp"
 #include "normlab/backend/cpu/sgemm_avx512.hpp"
 #include "normlab/core/aligned.hpp"
+#include "normlab/core/pointwise.hpp"
 
 namespace normlab::cpu {
 
@@ -646,13 +647,28 @@ void rope_l2norm_scale_backward(T* dx, T* ds, const T* xh, const T* norm, const 
 // Backward recomputes each score block from q, k and lse.
 inline constexpr std::int64_t kAttnBlock = 64;
 
+// The first key a query at position t sees under a causal window of W
+// positions (0: no window, every key ≤ t), and the block a query block starting
+// at i0 starts its key loop from.
+inline std::int64_t window_first_key(std::int64_t t, std::int64_t window) {
+  return window > 0 ? std::max<std::int64_t>(0, t - window + 1) : 0;
+}
+inline std::int64_t window_first_block(std::int64_t i0, std::int64_t window, std::int64_t Bk) {
+  return window_first_key(i0, window) / Bk * Bk;
+}
+
+// window > 0: causal sliding window, query t attends to keys t−W+1 … t. A
+// window of at least T masks nothing more than causality (the AVX-512 path);
+// a shorter one runs on the generic blocked path, skipping key blocks wholly
+// before the window.
 template <class T>
 void attention_forward(T* y, T* lse, const T* q, const T* k, const T* v, std::int64_t B, std::int64_t Tn,
-                       std::int64_t H, std::int64_t dk, T scale) {
+                       std::int64_t H, std::int64_t dk, T scale, std::int64_t window = 0) {
   constexpr std::int64_t Bk = kAttnBlock;
   const std::int64_t C = H * dk;
+  if (window >= Tn) window = 0;
 #if defined(NORMLAB_HAVE_ATTENTION_AVX512)
-  if constexpr (std::is_same_v<T, float>) {
+  if constexpr (std::is_same_v<T, float>) if (window == 0) {
     static_assert(avx512::kBlock == kAttnBlock);
     parallel_for(B * H, B * H * Tn * Tn * dk > kParallelGrain, [&](std::int64_t bh) {
       const std::int64_t b = bh / H, hd = bh % H, off = b * Tn * C + hd * dk;
@@ -674,16 +690,22 @@ void attention_forward(T* y, T* lse, const T* q, const T* k, const T* v, std::in
       std::fill_n(O, nq * dk, T(0));
       std::fill_n(m, nq, -std::numeric_limits<T>::infinity());
       std::fill_n(l, nq, T(0));
-      for (std::int64_t j0 = 0; j0 < i0 + nq; j0 += Bk) {
+      for (std::int64_t j0 = window_first_block(i0, window, Bk); j0 < i0 + nq; j0 += Bk) {
         const std::int64_t nk = std::min({Bk, Tn - j0, i0 + nq - j0});
         gemm<T, Eigen::RowMajor, Eigen::ColMajor>(nq, nk, dk, q + off + i0 * C, C, k + off + j0 * C, C, S, Bk, false,
                                                   scale);
         for (std::int64_t r = 0; r < nq; ++r) {
           const std::int64_t ncol = std::min(nk, i0 + r - j0 + 1);  // keys ≤ this query (≥ 1: j0 ≤ i0)
-          ArrayRow<T> row(S + r * Bk, ncol);
+          const std::int64_t lo = std::max<std::int64_t>(0, window_first_key(i0 + r, window) - j0);
+          if (lo >= ncol) {  // the whole block lies before this query's window
+            std::fill_n(S + r * Bk, nk, T(0));
+            continue;
+          }
+          ArrayRow<T> row(S + r * Bk + lo, ncol - lo);
           const T mx = std::max(m[r], row.maxCoeff());
           const T corr = std::exp(m[r] - mx);  // 0 on the first block (m = −∞)
           row = (row - mx).exp();
+          std::fill(S + r * Bk, S + r * Bk + lo, T(0));
           std::fill(S + r * Bk + ncol, S + r * Bk + nk, T(0));
           l[r] = l[r] * corr + row.sum();
           if (corr != T(1)) ArrayRow<T>(O + r * dk, dk) *= corr;
@@ -705,9 +727,11 @@ void attention_forward(T* y, T* lse, const T* q, const T* k, const T* v, std::in
 // dS = P ⊙ (dY Vᵀ − D); dq = scale dS K; dk = scale dSᵀ Q; dv = Pᵀ dY.
 template <class T>
 void attention_backward(T* dq, T* dk_, T* dv, const T* dy, const T* y, const T* lse, const T* q, const T* k,
-                        const T* v, std::int64_t B, std::int64_t Tn, std::int64_t H, std::int64_t dk, T scale) {
+                        const T* v, std::int64_t B, std::int64_t Tn, std::int64_t H, std::int64_t dk, T scale,
+                        std::int64_t window = 0) {
   constexpr std::int64_t Bk = kAttnBlock;
   const std::int64_t C = H * dk;
+  if (window >= Tn) window = 0;
   // Both paths start a head with D = rowsum(dY ⊙ Y); the generic one also zeroes
   // the head's columns of dq, dk, dv (it accumulates into them; the AVX-512
   // path writes each row block with its first product instead).
@@ -715,7 +739,7 @@ void attention_backward(T* dq, T* dk_, T* dv, const T* dy, const T* y, const T* 
     for (std::int64_t t = 0; t < Tn; ++t) D[t] = lane_dot(dy + off + t * C, y + off + t * C, dk);
   };
 #if defined(NORMLAB_HAVE_ATTENTION_AVX512)
-  if constexpr (std::is_same_v<T, float>) {
+  if constexpr (std::is_same_v<T, float>) if (window == 0) {
     parallel_for(B * H, B * H * Tn * Tn * dk > kParallelGrain, [&](std::int64_t bh) {
       const std::int64_t b = bh / H, hd = bh % H, off = b * Tn * C + hd * dk;
       const std::int64_t head = avx512::attention_backward_scratch(Tn, dk);
@@ -743,7 +767,7 @@ void attention_backward(T* dq, T* dk_, T* dv, const T* dy, const T* y, const T* 
       const std::int64_t nq = std::min(Bk, Tn - i0);
       const T* Qi = q + off + i0 * C;
       const T* dYi = dy + off + i0 * C;
-      for (std::int64_t j0 = 0; j0 < i0 + nq; j0 += Bk) {
+      for (std::int64_t j0 = window_first_block(i0, window, Bk); j0 < i0 + nq; j0 += Bk) {
         const std::int64_t nk = std::min({Bk, Tn - j0, i0 + nq - j0});
         const T* Kj = k + off + j0 * C;
         const T* Vj = v + off + j0 * C;
@@ -751,9 +775,12 @@ void attention_backward(T* dq, T* dk_, T* dv, const T* dy, const T* y, const T* 
         gemm<T, Eigen::RowMajor, Eigen::ColMajor>(nq, nk, dk, dYi, C, Vj, C, dS, Bk, false);
         for (std::int64_t r = 0; r < nq; ++r) {
           const std::int64_t ncol = std::min(nk, i0 + r - j0 + 1);
-          ArrayRow<T> p(Pm + r * Bk, ncol), ds(dS + r * Bk, ncol);
+          const std::int64_t lo = std::min(ncol, std::max<std::int64_t>(0, window_first_key(i0 + r, window) - j0));
+          ArrayRow<T> p(Pm + r * Bk + lo, ncol - lo), ds(dS + r * Bk + lo, ncol - lo);
           p = (p - lse[bh * Tn + i0 + r]).exp();
           ds = scale * p * (ds - D[i0 + r]);
+          std::fill(Pm + r * Bk, Pm + r * Bk + lo, T(0));
+          std::fill(dS + r * Bk, dS + r * Bk + lo, T(0));
           std::fill(Pm + r * Bk + ncol, Pm + r * Bk + nk, T(0));
           std::fill(dS + r * Bk + ncol, dS + r * Bk + nk, T(0));
         }
@@ -765,18 +792,18 @@ void attention_backward(T* dq, T* dk_, T* dv, const T* dy, const T* y, const T* 
   });
 }
 
-// The probabilities themselves, (B,H,T,T) with zeros above the diagonal, from
+// The probabilities themselves, (B,H,T,T) with zeros outside the mask, from
 // q, k and the lse of a forward pass: for diagnostics and tests only.
 template <class T>
 void attention_probs(T* P, const T* lse, const T* q, const T* k, std::int64_t B, std::int64_t Tn, std::int64_t H,
-                     std::int64_t dk, T scale) {
+                     std::int64_t dk, T scale, std::int64_t window = 0) {
   const std::int64_t C = H * dk;
   parallel_for(B * H, B * H * Tn * Tn * dk > kParallelGrain, [&](std::int64_t bh) {
     const std::int64_t b = bh / H, hd = bh % H, off = b * Tn * C + hd * dk;
     for (std::int64_t t = 0; t < Tn; ++t) {
       T* row = P + (bh * Tn + t) * Tn;
       for (std::int64_t s = 0; s < Tn; ++s) {
-        if (s > t) {
+        if (s > t || s < window_first_key(t, window)) {
           row[s] = T(0);
           continue;
         }
@@ -810,6 +837,80 @@ void attention_decode(T* y, T* p, const T* q, const T* kc, const T* vc, std::int
       for (std::int64_t i = 0; i < dk; ++i) y[hd * dk + i] += w * vc[s * C + hd * dk + i];
     }
   }
+}
+
+// ---------------------------------------------------------------- grouped-query attention
+// Grouped-query attention runs the attention kernels on key/value rows widened
+// to every query head: x (N, Hkv·dk) -> y (N, H·dk), query head h reading
+// kv head h / (H/Hkv); the backward sums each group's gradients back.
+template <class T>
+void kv_repeat(T* y, const T* x, std::int64_t N, std::int64_t H, std::int64_t Hkv, std::int64_t dk) {
+  const std::int64_t group = H / Hkv;
+  parallel_for(N, N * H * dk > kParallelGrain, [&](std::int64_t i) {
+    for (std::int64_t h = 0; h < H; ++h)
+      std::copy_n(x + (i * Hkv + h / group) * dk, dk, y + (i * H + h) * dk);
+  });
+}
+template <class T>
+void kv_group_sum(T* dx, const T* dy, std::int64_t N, std::int64_t H, std::int64_t Hkv, std::int64_t dk) {
+  const std::int64_t group = H / Hkv;
+  parallel_for(N, N * H * dk > kParallelGrain, [&](std::int64_t i) {
+    for (std::int64_t g = 0; g < Hkv; ++g) {
+      T* out = dx + (i * Hkv + g) * dk;
+      std::copy_n(dy + (i * H + g * group) * dk, dk, out);
+      for (std::int64_t r = 1; r < group; ++r) {
+        const T* in = dy + (i * H + g * group + r) * dk;
+        for (std::int64_t c = 0; c < dk; ++c) out[c] += in[c];
+      }
+    }
+  });
+}
+
+// ---------------------------------------------------------------- plain activations
+// act = f(u) elementwise over n values, and du = f'(u) ⊙ dact (Pointwise names f).
+template <class T>
+inline T pointwise_value(Pointwise fn, T u) {
+  switch (fn) {
+    case Pointwise::relu2: return u > T(0) ? u * u : T(0);
+    case Pointwise::gelu_tanh: {
+      const T c = T(0.7978845608028654), a = T(0.044715);  // √(2/π)
+      return T(0.5) * u * (T(1) + std::tanh(c * (u + a * u * u * u)));
+    }
+    case Pointwise::gelu_erf: return T(0.5) * u * (T(1) + std::erf(u * T(0.7071067811865476)));
+  }
+  return T(0);
+}
+template <class T>
+inline T pointwise_derivative(Pointwise fn, T u) {
+  switch (fn) {
+    case Pointwise::relu2: return u > T(0) ? T(2) * u : T(0);
+    case Pointwise::gelu_tanh: {
+      const T c = T(0.7978845608028654), a = T(0.044715);
+      const T th = std::tanh(c * (u + a * u * u * u));
+      return T(0.5) * (T(1) + th) + T(0.5) * u * (T(1) - th * th) * c * (T(1) + T(3) * a * u * u);
+    }
+    case Pointwise::gelu_erf: {
+      const T pdf = std::exp(T(-0.5) * u * u) * T(0.3989422804014327);  // 1/√(2π)
+      return T(0.5) * (T(1) + std::erf(u * T(0.7071067811865476))) + u * pdf;
+    }
+  }
+  return T(0);
+}
+template <class T>
+void pointwise_forward(Pointwise fn, T* act, const T* u, std::int64_t n) {
+  constexpr std::int64_t chunk = 4096;
+  parallel_for((n + chunk - 1) / chunk, n > kParallelGrain, [&](std::int64_t c) {
+    const std::int64_t e = std::min(n, (c + 1) * chunk);
+    for (std::int64_t i = c * chunk; i < e; ++i) act[i] = pointwise_value(fn, u[i]);
+  });
+}
+template <class T>
+void pointwise_backward(Pointwise fn, T* du, const T* dact, const T* u, std::int64_t n) {
+  constexpr std::int64_t chunk = 4096;
+  parallel_for((n + chunk - 1) / chunk, n > kParallelGrain, [&](std::int64_t c) {
+    const std::int64_t e = std::min(n, (c + 1) * chunk);
+    for (std::int64_t i = c * chunk; i < e; ++i) du[i] = pointwise_derivative(fn, u[i]) * dact[i];
+  });
 }
 
 // ---------------------------------------------------------------- SwiGLU

@@ -5,6 +5,8 @@
 // docs/cuda.md for the tensor-core version still to come).
 //
 // Layout: q, k, v, y (B,T,H,D) = (B*T, C) rows; lse, dsum (B,H,T).
+// W > 0: causal sliding window, query t sees keys t−W+1 … t (W = 0: all ≤ t);
+// tiles wholly before a warp's window are skipped by that warp.
 // Blocks of 8 warps: in forward and dQ each warp owns one query row and the
 // block shares 32-key tiles of K and V in shared memory; in dK/dV each warp
 // owns one key row and the block shares 32-query tiles. Within a tile, lane j
@@ -21,7 +23,8 @@ inline constexpr int kAttMaxD = 128;
 
 template <class S>
 __global__ void __launch_bounds__(kAttWarps * 32)
-    attention_fwd_kernel(S* y, float* lse, const S* q, const S* k, const S* v, int T, int H, int D, float scale) {
+    attention_fwd_kernel(S* y, float* lse, const S* q, const S* k, const S* v, int T, int H, int D, float scale,
+                         int W) {
   extern __shared__ float smem[];
   const int DP = D + 1;  // odd row stride: lanes reading different rows hit different banks
   float* Ks = smem;                  // [32][DP]
@@ -36,8 +39,10 @@ __global__ void __launch_bounds__(kAttWarps * 32)
     for (int i = lane; i < D; i += 32) Qs[warp * D + i] = ld(q + row(t) + i);
   const int tmax = min(T - 1, t0 + kAttWarps - 1);
   const int ntiles = tmax / kAttTile + 1;
+  const int first_tile = W > 0 ? max(0, t0 - W + 1) / kAttTile : 0;
+  const int lo = W > 0 ? t - W + 1 : 0;  // this warp's first key
   float m = -INFINITY, l = 0.f, acc[4] = {0.f, 0.f, 0.f, 0.f};
-  for (int kt = 0; kt < ntiles; ++kt) {
+  for (int kt = first_tile; kt < ntiles; ++kt) {
     __syncthreads();
     for (int e = threadIdx.x; e < kAttTile * D; e += kAttWarps * 32) {
       const int jj = e / D, i = e % D, s = kt * kAttTile + jj;
@@ -45,16 +50,16 @@ __global__ void __launch_bounds__(kAttWarps * 32)
       Vs[jj * DP + i] = s < T ? ld(v + row(s) + i) : 0.f;
     }
     __syncthreads();
-    if (t < T && kt * kAttTile <= t) {  // warp-uniform
+    if (t < T && kt * kAttTile <= t && kt * kAttTile + kAttTile - 1 >= lo) {  // warp-uniform
       const int s = kt * kAttTile + lane;
-      const bool valid = s <= t;
+      const bool valid = s <= t && s >= lo;
       float sc = -INFINITY;
       if (valid) {
         float d = 0.f;
         for (int i = 0; i < D; ++i) d += Qs[warp * D + i] * Ks[lane * DP + i];
         sc = d * scale;
       }
-      const float m_new = fmaxf(m, warp_max(sc));  // finite: key kt*32 ≤ t is valid
+      const float m_new = fmaxf(m, warp_max(sc));  // finite: the tile holds a key in [lo, t]
       const float p = valid ? expf(sc - m_new) : 0.f;
       const float corr = expf(m - m_new);  // 0 on the first tile (m = −inf)
       l = l * corr + warp_sum(p);
@@ -96,7 +101,7 @@ __global__ void attention_dsum_kernel(float* dsum, const S* dy, const S* y, std:
 template <class S>
 __global__ void __launch_bounds__(kAttWarps * 32)
     attention_dq_kernel(S* dq, const S* dy, const S* q, const S* k, const S* v, const float* lse, const float* dsum,
-                        int T, int H, int D, float scale) {
+                        int T, int H, int D, float scale, int W) {
   extern __shared__ float smem[];
   const int DP = D + 1;
   float* Ks = smem;
@@ -119,8 +124,10 @@ __global__ void __launch_bounds__(kAttWarps * 32)
   }
   const int tmax = min(T - 1, t0 + kAttWarps - 1);
   const int ntiles = tmax / kAttTile + 1;
+  const int first_tile = W > 0 ? max(0, t0 - W + 1) / kAttTile : 0;
+  const int lo = W > 0 ? t - W + 1 : 0;
   float acc[4] = {0.f, 0.f, 0.f, 0.f};
-  for (int kt = 0; kt < ntiles; ++kt) {
+  for (int kt = first_tile; kt < ntiles; ++kt) {
     __syncthreads();
     for (int e = threadIdx.x; e < kAttTile * D; e += kAttWarps * 32) {
       const int jj = e / D, i = e % D, s = kt * kAttTile + jj;
@@ -131,7 +138,7 @@ __global__ void __launch_bounds__(kAttWarps * 32)
     if (t < T && kt * kAttTile <= t) {
       const int s = kt * kAttTile + lane;
       float ds = 0.f;
-      if (s <= t) {
+      if (s <= t && s >= lo) {
         float sc = 0.f, dp = 0.f;
         for (int i = 0; i < D; ++i) {
           sc += Qs[warp * D + i] * Ks[lane * DP + i];
@@ -160,7 +167,7 @@ __global__ void __launch_bounds__(kAttWarps * 32)
 template <class S>
 __global__ void __launch_bounds__(kAttWarps * 32)
     attention_dkv_kernel(S* dk, S* dv, const S* dy, const S* q, const S* k, const S* v, const float* lse,
-                         const float* dsum, int T, int H, int D, float scale) {
+                         const float* dsum, int T, int H, int D, float scale, int W) {
   extern __shared__ float smem[];
   const int DP = D + 1;
   float* Qt = smem;                  // [32][DP] query tile
@@ -179,7 +186,9 @@ __global__ void __launch_bounds__(kAttWarps * 32)
       Ks[warp * D + i] = ld(k + row(s) + i);
       Vs[warp * D + i] = ld(v + row(s) + i);
     }
-  const int first = s0 / kAttTile, last = (T - 1) / kAttTile;
+  // Queries that see key s: s … s+W−1 under a window (all t ≥ s without).
+  const int first = s0 / kAttTile,
+            last = (W > 0 ? min(T - 1, s0 + kAttWarps - 1 + W - 1) : T - 1) / kAttTile;
   float ak[4] = {0.f, 0.f, 0.f, 0.f}, av[4] = {0.f, 0.f, 0.f, 0.f};
   for (int qt = first; qt <= last; ++qt) {
     __syncthreads();
@@ -197,7 +206,7 @@ __global__ void __launch_bounds__(kAttWarps * 32)
     if (s < T && qt * kAttTile + kAttTile - 1 >= s) {  // warp-uniform: the tile reaches t ≥ s
       const int t = qt * kAttTile + lane;
       float p = 0.f, ds = 0.f;
-      if (t >= s && t < T) {
+      if (t >= s && t < T && (W == 0 || t < s + W)) {
         float sc = 0.f, dp = 0.f;
         for (int i = 0; i < D; ++i) {
           sc += Qt[lane * DP + i] * Ks[warp * D + i];

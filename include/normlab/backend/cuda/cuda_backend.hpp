@@ -255,15 +255,23 @@ struct cuda_backend {
 
   // ---- attention
   static void attention_forward(float* y, float* lse, const float* q, const float* k, const float* v, std::int64_t B,
-                                std::int64_t Tn, std::int64_t H, std::int64_t D, float scale) {
-    cuda::k::attention_forward(cuda::Dtype::f32, y, lse, q, k, v, B, Tn, H, D, scale, stream());
+                                std::int64_t Tn, std::int64_t H, std::int64_t D, float scale,
+                                std::int64_t window = 0) {
+    cuda::k::attention_forward(cuda::Dtype::f32, y, lse, q, k, v, B, Tn, H, D, scale, window, stream());
   }
   static void attention_backward(float* dq, float* dk, float* dv, const float* dy, const float* y, const float* lse,
                                  const float* q, const float* k, const float* v, std::int64_t B, std::int64_t Tn,
-                                 std::int64_t H, std::int64_t D, float scale) {
+                                 std::int64_t H, std::int64_t D, float scale, std::int64_t window = 0) {
     float* dsum = scratch<float>(cuda::Backend::kAttnSum, B * H * Tn);
-    cuda::k::attention_backward(cuda::Dtype::f32, dq, dk, dv, dsum, dy, y, q, k, v, lse, B, Tn, H, D, scale,
+    cuda::k::attention_backward(cuda::Dtype::f32, dq, dk, dv, dsum, dy, y, q, k, v, lse, B, Tn, H, D, scale, window,
                                 stream());
+  }
+  static void kv_repeat(float* y, const float* x, std::int64_t N, std::int64_t H, std::int64_t Hkv, std::int64_t D) {
+    cuda::k::kv_repeat(y, x, N, H, Hkv, D, stream());
+  }
+  static void kv_group_sum(float* dx, const float* dy, std::int64_t N, std::int64_t H, std::int64_t Hkv,
+                           std::int64_t D) {
+    cuda::k::kv_group_sum(dx, dy, N, H, Hkv, D, stream());
   }
   // p: the model's (max_seq) scratch is too small for every head at once; the weights go to (H, S) scratch.
   static void attention_decode(float* y, float* /*p*/, const float* q, const float* kc, const float* vc,
@@ -273,16 +281,23 @@ struct cuda_backend {
   }
   // P is a host array (diagnostics): q, k and lse come to the host and the CPU routine runs there.
   static void attention_probs(float* P, const float* lse, const float* q, const float* k, std::int64_t B,
-                              std::int64_t Tn, std::int64_t H, std::int64_t D, float scale) {
+                              std::int64_t Tn, std::int64_t H, std::int64_t D, float scale,
+                              std::int64_t window = 0) {
     const std::size_t nq = std::size_t(B * Tn * H * D), nl = std::size_t(B * H * Tn);
     std::vector<float> hq(nq), hk(nq), hl(nl);
     be().download(hq.data(), q, nq * 4);
     be().download(hk.data(), k, nq * 4);
     be().download(hl.data(), lse, nl * 4);
-    cpu::attention_probs(P, hl.data(), hq.data(), hk.data(), B, Tn, H, D, scale);
+    cpu::attention_probs(P, hl.data(), hq.data(), hk.data(), B, Tn, H, D, scale, window);
   }
 
   // ---- MLP activations
+  static void pointwise_forward(Pointwise fn, float* act, const float* u, std::int64_t n) {
+    cuda::k::pointwise_forward(fn, act, u, n, stream());
+  }
+  static void pointwise_backward(Pointwise fn, float* du, const float* dact, const float* u, std::int64_t n) {
+    cuda::k::pointwise_backward(fn, du, dact, u, n, stream());
+  }
   static void swiglu_forward(float* act, const float* uv, std::int64_t N, std::int64_t F) {
     cuda::k::swiglu_forward(cuda::Dtype::f32, act, uv, nullptr, N, F, stream());
   }

@@ -202,20 +202,23 @@ void qk_scale_grad(Dtype dt, float* ds, const void* dq, const void* qh, const vo
 }
 
 void attention_forward(Dtype dt, void* y, float* lse, const void* q, const void* k, const void* v, std::int64_t B,
-                       std::int64_t T, std::int64_t H, std::int64_t D, float scale, cudaStream_t s) {
+                       std::int64_t T, std::int64_t H, std::int64_t D, float scale, std::int64_t window,
+                       cudaStream_t s) {
+  if (window >= T) window = 0;
   check_head_dim(D, "attention_forward");
   check_grid_y(B * H, "attention_forward", "batch " + std::to_string(B) + " x heads " + std::to_string(H));
   const dim3 grid(unsigned((T + dev::kAttWarps - 1) / dev::kAttWarps), unsigned(B * H));
   dispatch(dt, [&](auto tag) {
     using S = typename decltype(tag)::type;
     dev::attention_fwd_kernel<S><<<grid, dev::kAttWarps * 32, dev::attention_fwd_smem(int(D)), s>>>(
-        NORMLAB_S(y), lse, NORMLAB_CS(q), NORMLAB_CS(k), NORMLAB_CS(v), int(T), int(H), int(D), scale);
+        NORMLAB_S(y), lse, NORMLAB_CS(q), NORMLAB_CS(k), NORMLAB_CS(v), int(T), int(H), int(D), scale, int(window));
   });
   NORMLAB_CUDA_CHECK_LAUNCH();
 }
 void attention_backward(Dtype dt, void* dq, void* dk, void* dv, float* dsum, const void* dy, const void* y,
                         const void* q, const void* k, const void* v, const float* lse, std::int64_t B, std::int64_t T,
-                        std::int64_t H, std::int64_t D, float scale, cudaStream_t s) {
+                        std::int64_t H, std::int64_t D, float scale, std::int64_t window, cudaStream_t s) {
+  if (window >= T) window = 0;
   check_head_dim(D, "attention_backward");
   check_grid_y(B * H, "attention_backward", "batch " + std::to_string(B) + " x heads " + std::to_string(H));
   const dim3 grid(unsigned((T + dev::kAttWarps - 1) / dev::kAttWarps), unsigned(B * H));
@@ -226,11 +229,11 @@ void attention_backward(Dtype dt, void* dq, void* dk, void* dv, float* dsum, con
     NORMLAB_CUDA_CHECK_LAUNCH();
     dev::attention_dq_kernel<S><<<grid, dev::kAttWarps * 32, dev::attention_dq_smem(int(D)), s>>>(
         NORMLAB_S(dq), NORMLAB_CS(dy), NORMLAB_CS(q), NORMLAB_CS(k), NORMLAB_CS(v), lse, dsum, int(T), int(H), int(D),
-        scale);
+        scale, int(window));
     NORMLAB_CUDA_CHECK_LAUNCH();
     dev::attention_dkv_kernel<S><<<grid, dev::kAttWarps * 32, dev::attention_dkv_smem(int(D)), s>>>(
         NORMLAB_S(dk), NORMLAB_S(dv), NORMLAB_CS(dy), NORMLAB_CS(q), NORMLAB_CS(k), NORMLAB_CS(v), lse, dsum, int(T),
-        int(H), int(D), scale);
+        int(H), int(D), scale, int(window));
   });
   NORMLAB_CUDA_CHECK_LAUNCH();
 }
@@ -239,6 +242,24 @@ void attention_decode(float* y, float* p, const float* q, const float* kc, const
                       std::int64_t H, std::int64_t D, float scale, cudaStream_t s) {
   check_grid_y(1, "attention_decode", "");
   dev::attention_decode_kernel<<<unsigned(H), 128, 0, s>>>(y, p, q, kc, vc, S, H, D, scale);
+  NORMLAB_CUDA_CHECK_LAUNCH();
+}
+void kv_repeat(float* y, const float* x, std::int64_t N, std::int64_t H, std::int64_t Hkv, std::int64_t D,
+               cudaStream_t s) {
+  dev::kv_repeat_kernel<<<flat_blocks(N * H * D), 256, 0, s>>>(y, x, N, int(H), int(Hkv), int(D));
+  NORMLAB_CUDA_CHECK_LAUNCH();
+}
+void kv_group_sum(float* dx, const float* dy, std::int64_t N, std::int64_t H, std::int64_t Hkv, std::int64_t D,
+                  cudaStream_t s) {
+  dev::kv_group_sum_kernel<<<flat_blocks(N * Hkv * D), 256, 0, s>>>(dx, dy, N, int(H), int(Hkv), int(D));
+  NORMLAB_CUDA_CHECK_LAUNCH();
+}
+void pointwise_forward(Pointwise fn, float* act, const float* u, std::int64_t n, cudaStream_t s) {
+  dev::pointwise_fwd_kernel<<<flat_blocks(n), 256, 0, s>>>(act, u, n, int(fn));
+  NORMLAB_CUDA_CHECK_LAUNCH();
+}
+void pointwise_backward(Pointwise fn, float* du, const float* dact, const float* u, std::int64_t n, cudaStream_t s) {
+  dev::pointwise_bwd_kernel<<<flat_blocks(n), 256, 0, s>>>(du, dact, u, n, int(fn));
   NORMLAB_CUDA_CHECK_LAUNCH();
 }
 void swiglu_forward(Dtype dt, void* act, const void* uv, const float* s_uv, std::int64_t N, std::int64_t F,

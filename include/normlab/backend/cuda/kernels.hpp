@@ -19,6 +19,7 @@
 #include <string>
 
 #include "normlab/core/error.hpp"
+#include "normlab/core/pointwise.hpp"
 
 namespace normlab::cuda {
 
@@ -134,12 +135,23 @@ void qk_scale_grad(Dtype dt, float* ds, const void* dq, const void* qh, const vo
 
 // ---- causal attention, flash style: no (T,T) matrix is ever stored.
 // q,k,v,y: (B,T,H,D); lse: (B,H,T) log-sum-exp of the scaled scores, kept for backward. D <= 128.
+// window > 0: causal sliding window of that many positions (0: full causal).
 void attention_forward(Dtype dt, void* y, float* lse, const void* q, const void* k, const void* v, std::int64_t B,
-                       std::int64_t T, std::int64_t H, std::int64_t D, float scale, cudaStream_t s);
+                       std::int64_t T, std::int64_t H, std::int64_t D, float scale, std::int64_t window,
+                       cudaStream_t s);
 // Recomputes the probabilities; dq, dk, dv written. dsum: (B,H,T) scratch.
 void attention_backward(Dtype dt, void* dq, void* dk, void* dv, float* dsum, const void* dy, const void* y,
                         const void* q, const void* k, const void* v, const float* lse, std::int64_t B,
-                        std::int64_t T, std::int64_t H, std::int64_t D, float scale, cudaStream_t s);
+                        std::int64_t T, std::int64_t H, std::int64_t D, float scale, std::int64_t window,
+                        cudaStream_t s);
+// Grouped-query attention: kv rows (N, Hkv·D) widened to (N, H·D), and the group sums back.
+void kv_repeat(float* y, const float* x, std::int64_t N, std::int64_t H, std::int64_t Hkv, std::int64_t D,
+               cudaStream_t s);
+void kv_group_sum(float* dx, const float* dy, std::int64_t N, std::int64_t H, std::int64_t Hkv, std::int64_t D,
+                  cudaStream_t s);
+// Plain MLP activations, elementwise over n values.
+void pointwise_forward(Pointwise fn, float* act, const float* u, std::int64_t n, cudaStream_t s);
+void pointwise_backward(Pointwise fn, float* du, const float* dact, const float* u, std::int64_t n, cudaStream_t s);
 
 // One query (H, D) against S cached keys and values (S, H, D): incremental
 // decoding. p: (H, S) scratch for the weights. One block per head.

@@ -504,6 +504,49 @@ struct QkScaleTerm {  // c (dq ⊙ qh + dk ⊙ kh)
   }
 };
 
+// ---------------------------------------------------------------- grouped-query attention
+// y (N, H·D) from x (N, Hkv·D): query head h reads kv head h / (H/Hkv).
+__global__ void kv_repeat_kernel(float* y, const float* x, std::int64_t N, int H, int Hkv, int D) {
+  const std::int64_t row = std::int64_t(H) * D, group = H / Hkv;
+  for (std::int64_t e = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < N * row; e += std::int64_t(gridDim.x) * blockDim.x) {
+    const std::int64_t i = e / row, h = (e % row) / D, c = e % D;
+    y[e] = x[(i * Hkv + h / group) * D + c];
+  }
+}
+// dx (N, Hkv·D) = each group's query heads of dy summed, in head order.
+__global__ void kv_group_sum_kernel(float* dx, const float* dy, std::int64_t N, int H, int Hkv, int D) {
+  const std::int64_t row = std::int64_t(Hkv) * D, group = H / Hkv;
+  for (std::int64_t e = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < N * row; e += std::int64_t(gridDim.x) * blockDim.x) {
+    const std::int64_t i = e / row, g = (e % row) / D, c = e % D;
+    float acc = 0.f;
+    for (std::int64_t r = 0; r < group; ++r) acc += dy[(i * H + g * group + r) * D + c];
+    dx[e] = acc;
+  }
+}
+
+// ---------------------------------------------------------------- plain activations (core/pointwise.hpp's order)
+__device__ __forceinline__ float pointwise_value(int fn, float u) {
+  if (fn == 0) return u > 0.f ? u * u : 0.f;
+  if (fn == 1) return 0.5f * u * (1.f + tanhf(0.7978845608028654f * (u + 0.044715f * u * u * u)));
+  return 0.5f * u * (1.f + erff(u * 0.7071067811865476f));
+}
+__device__ __forceinline__ float pointwise_derivative(int fn, float u) {
+  if (fn == 0) return u > 0.f ? 2.f * u : 0.f;
+  if (fn == 1) {
+    const float c = 0.7978845608028654f, a = 0.044715f, th = tanhf(c * (u + a * u * u * u));
+    return 0.5f * (1.f + th) + 0.5f * u * (1.f - th * th) * c * (1.f + 3.f * a * u * u);
+  }
+  return 0.5f * (1.f + erff(u * 0.7071067811865476f)) + u * expf(-0.5f * u * u) * 0.3989422804014327f;
+}
+__global__ void pointwise_fwd_kernel(float* act, const float* u, std::int64_t n, int fn) {
+  for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += std::int64_t(gridDim.x) * blockDim.x)
+    act[i] = pointwise_value(fn, u[i]);
+}
+__global__ void pointwise_bwd_kernel(float* du, const float* dact, const float* u, std::int64_t n, int fn) {
+  for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += std::int64_t(gridDim.x) * blockDim.x)
+    du[i] = pointwise_derivative(fn, u[i]) * dact[i];
+}
+
 // ---------------------------------------------------------------- scaled SwiGLU
 template <class S>
 __global__ void swiglu_fwd_kernel(S* act, const S* uv, const float* s, std::int64_t N, std::int64_t F) {

@@ -1,0 +1,322 @@
+// The block's shapes beyond the classic one: grouped-query attention
+// (n_kv_heads), a causal sliding window (attn_window), the MLP's width (d_ff)
+// and plain (ungated) activations. Each is checked where it acts: gradients by
+// float64 finite differences at T larger than the window, decoding against the
+// full forward, the window against a dense masked reference, grouped kv heads
+// against multi-head attention with the kv weights repeated, and checkpoints
+// that refuse a model of another shape, naming the field.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "normlab/normlab.hpp"
+#include "normlab/train/gradcheck.hpp"
+
+using namespace normlab;
+
+namespace {
+
+// GPT+ (QK-norm) with ReLU², the modern-block baseline, and the same with GELU.
+struct qknorm_relu2 : prenorm_rms_qknorm {
+  static constexpr std::string_view name = "qknorm_relu2";
+  using mlp_activation = relu2;
+};
+struct prenorm_gelu_tanh : prenorm_rms {
+  static constexpr std::string_view name = "prenorm_gelu_tanh";
+  using mlp_activation = gelu_tanh;
+};
+struct prenorm_gelu_erf : prenorm_rms {
+  static constexpr std::string_view name = "prenorm_gelu_erf";
+  using mlp_activation = gelu_erf;
+};
+
+// 4 query heads over 2 kv heads, a window of 3 at T = 9 (several windows, and
+// rows whose window starts mid-sequence), d_ff = 24 (not 4C).
+GradcheckShape modern_shape() {
+  GradcheckShape s;
+  s.config.n_embd = 32;
+  s.config.n_head = 4;
+  s.config.n_kv_heads = 2;
+  s.config.attn_window = 3;
+  s.config.d_ff = 24;
+  s.seq = 9;
+  return s;
+}
+
+// Every tensor's relative error is at most 1e-6: the bar of the built-in
+// variants (central differences with h = 1e-6 reach ~1e-9 on these shapes).
+template <class Model>
+double worst_gradient_error(const GradcheckShape& shape) {
+  double worst = 0;
+  for (const auto& r : check_model_gradients<Model>(5, shape)) worst = std::max(worst, r.rel_error);
+  return worst;
+}
+
+std::vector<std::int64_t> tokens(std::int64_t n, std::int64_t vocab, std::int64_t salt) {
+  std::vector<std::int64_t> t(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) t[i] = (i * 5 + salt * 3 + 1) % vocab;
+  return t;
+}
+
+ModelConfig modern_config() {
+  ModelConfig c;
+  c.vocab_size = 23;
+  c.n_embd = 32;
+  c.n_head = 4;
+  c.n_kv_heads = 2;
+  c.attn_window = 4;
+  c.d_ff = 48;
+  c.n_layer = 2;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("architecture: float64 gradients of grouped kv heads, a window, d_ff and plain MLPs at T > window",
+          "[architecture][gradcheck]") {
+  const GradcheckShape s = modern_shape();
+  CHECK(worst_gradient_error<Transformer<double, qknorm_relu2, residual_add>>(s) <= 1e-6);
+  CHECK(worst_gradient_error<Transformer<double, prenorm_rms, residual_add>>(s) <= 1e-6);  // GQA with SwiGLU
+  CHECK(worst_gradient_error<Transformer<double, prenorm_gelu_tanh, lerp>>(s) <= 1e-6);
+  CHECK(worst_gradient_error<Transformer<double, prenorm_gelu_erf, residual_add>>(s) <= 1e-6);
+  // nGPT keeps its s_qk (no grouped kv) but takes the window and the width.
+  GradcheckShape sphere_shape = s;
+  sphere_shape.config.n_kv_heads = 0;
+  CHECK(worst_gradient_error<Transformer<double, sphere, lerp_retract>>(sphere_shape) <= 1e-6);
+  CHECK(worst_gradient_error<Transformer<double, scalar_factors, lerp_nu>>(sphere_shape) <= 1e-6);
+}
+
+TEST_CASE("architecture: parameters follow the shapes, none dead", "[architecture]") {
+  const ModelConfig c = modern_config();
+  Transformer<double, qknorm_relu2, residual_add> m(c, 1, 8);
+  const auto& specs = m.params().specs();
+  auto shape_of = [&](const std::string& name) {
+    for (const ParamSpec& s : specs)
+      if (s.name == name) return s.shape;
+    FAIL("no parameter " << name);
+    return std::vector<std::int64_t>{};
+  };
+  CHECK(shape_of("transformer.h.0.key.weight") == std::vector<std::int64_t>{16, 32});    // 2 kv heads × 8
+  CHECK(shape_of("transformer.h.0.value.weight") == std::vector<std::int64_t>{16, 32});
+  CHECK(shape_of("transformer.h.0.query.weight") == std::vector<std::int64_t>{32, 32});
+  CHECK(shape_of("transformer.h.0.c_fc.weight") == std::vector<std::int64_t>{48, 32});   // plain: F rows
+  CHECK(shape_of("transformer.h.0.mlp_c_proj.weight") == std::vector<std::int64_t>{32, 48});
+  Transformer<double, prenorm_rms, residual_add> gated(c, 1, 8);
+  for (const ParamSpec& s : gated.params().specs())
+    if (s.name == "transformer.h.0.c_fc.weight") CHECK(s.shape == std::vector<std::int64_t>{96, 32});  // [u | g]
+  // Every parameter reaches the loss: after one backward none is exactly zero.
+  const auto idx = tokens(8, c.vocab_size, 1), tgt = tokens(8, c.vocab_size, 2);
+  m.init(3);
+  m.forward(idx.data(), tgt.data(), 1, 8);
+  m.backward();
+  for (const ParamSpec& s : specs) {
+    double norm = 0;
+    for (std::size_t i = 0; i < s.numel; ++i) norm += std::abs(m.params().grad(s.offset)[i]);
+    INFO(s.name);
+    CHECK(norm > 0);
+  }
+  // The KV cache holds Hkv·D per position: half of multi-head attention's here.
+  CHECK(m.make_kv_cache().k.size() == std::size_t(c.n_layer * 8 * 16));
+}
+
+TEST_CASE("architecture: decoding with the KV cache equals the full forward past the window", "[architecture][decode]") {
+  const ModelConfig c = modern_config();
+  const std::int64_t T = 11;  // > window 4: the decode's window slides
+  Transformer<double, qknorm_relu2, residual_add> m(c, 1, T);
+  m.init(9);
+  const auto idx = tokens(T, c.vocab_size, 4);
+  m.forward(idx.data(), nullptr, 1, T);
+  const std::vector<double> full(m.logits(), m.logits() + T * c.vocab_size);
+  auto cache = m.make_kv_cache();
+  double worst = 0;
+  for (std::int64_t t = 0; t < T; ++t) {
+    const double* row = m.decode_step(idx[t], cache);
+    for (std::int64_t v = 0; v < c.vocab_size; ++v) worst = std::max(worst, std::abs(row[v] - full[t * c.vocab_size + v]));
+  }
+  // float64, the same arithmetic in another order: a few ulps of O(1) logits.
+  CHECK(worst <= 1e-12);
+}
+
+TEST_CASE("architecture: the window masks exactly the keys before t-W+1 (against a dense reference)",
+          "[architecture][attention]") {
+  const std::int64_t B = 2, T = 150, H = 2, D = 8, C = H * D, W = 37;  // T over two 64-row blocks
+  std::vector<double> q(B * T * C), k(q.size()), v(q.size()), y(q.size()), lse(B * H * T);
+  for (std::size_t i = 0; i < q.size(); ++i) {
+    q[i] = std::sin(0.37 * double(i));
+    k[i] = std::cos(0.11 * double(i) + 1);
+    v[i] = std::sin(0.05 * double(i) + 2);
+  }
+  const double scale = 1 / std::sqrt(double(D));
+  cpu::attention_forward(y.data(), lse.data(), q.data(), k.data(), v.data(), B, T, H, D, scale, W);
+  double worst = 0;
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t h = 0; h < H; ++h)
+      for (std::int64_t t = 0; t < T; ++t) {
+        std::vector<double> w;
+        double mx = -1e300;
+        for (std::int64_t s = std::max<std::int64_t>(0, t - W + 1); s <= t; ++s) {
+          double dot = 0;
+          for (std::int64_t c = 0; c < D; ++c) dot += q[(b * T + t) * C + h * D + c] * k[(b * T + s) * C + h * D + c];
+          w.push_back(dot * scale);
+          mx = std::max(mx, w.back());
+        }
+        double sum = 0;
+        for (double& x : w) sum += (x = std::exp(x - mx));
+        for (std::int64_t c = 0; c < D; ++c) {
+          double ref = 0;
+          for (std::size_t j = 0; j < w.size(); ++j)
+            ref += w[j] / sum * v[(b * T + std::max<std::int64_t>(0, t - W + 1) + std::int64_t(j)) * C + h * D + c];
+          worst = std::max(worst, std::abs(ref - y[(b * T + t) * C + h * D + c]));
+        }
+      }
+  CHECK(worst <= 1e-13);  // float64 reordering only
+  // attention_probs shows the same mask: zeros outside [t-W+1, t], rows summing to 1.
+  std::vector<double> P(B * H * T * T);
+  cpu::attention_probs(P.data(), lse.data(), q.data(), k.data(), B, T, H, D, scale, W);
+  double off = 0, row_err = 0;
+  for (std::int64_t r = 0; r < B * H * T; ++r) {
+    const std::int64_t t = r % T;
+    double sum = 0;
+    for (std::int64_t s = 0; s < T; ++s) {
+      const double p = P[r * T + s];
+      if (s > t || s < t - W + 1) off = std::max(off, std::abs(p));
+      sum += p;
+    }
+    row_err = std::max(row_err, std::abs(sum - 1));
+  }
+  CHECK(off == 0);
+  CHECK(row_err <= 1e-13);
+}
+
+TEST_CASE("architecture: a window of at least T is full causal attention, bit for bit (float32)", "[architecture]") {
+  ModelConfig c = modern_config();
+  c.n_kv_heads = 0;
+  c.attn_window = 0;
+  const std::int64_t T = 16;
+  GPT<float> full(c, 2, T);
+  c.attn_window = T;
+  GPT<float> wide(c, 2, T);
+  full.init(4);
+  wide.init(4);
+  const auto idx = tokens(2 * T, c.vocab_size, 5), tgt = tokens(2 * T, c.vocab_size, 6);
+  CHECK(full.forward(idx.data(), tgt.data(), 2, T) == wide.forward(idx.data(), tgt.data(), 2, T));
+}
+
+TEST_CASE("architecture: grouped kv heads equal multi-head attention with each kv head's weights repeated",
+          "[architecture][gqa]") {
+  ModelConfig g = modern_config();
+  ModelConfig m = g;
+  m.n_kv_heads = 0;
+  const std::int64_t T = 10, D = g.head_dim(), group = g.n_head / g.kv_heads();
+  Transformer<double, qknorm_relu2, residual_add> gqa(g, 2, T), mha(m, 2, T);
+  gqa.init(11);
+  mha.init(11);
+  // Copy every tensor by name; K and V rows of kv head j go to query heads j·group … j·group+group−1.
+  for (const ParamSpec& s : gqa.params().specs()) {
+    const ParamSpec* t = nullptr;
+    for (const ParamSpec& u : mha.params().specs())
+      if (u.name == s.name) t = &u;
+    REQUIRE(t);
+    const double* src = gqa.params().value(s.offset);
+    double* dst = mha.params().value(t->offset);
+    if (s.shape != t->shape) {  // key/value: (Hkv·D, C) -> (H·D, C)
+      const std::int64_t C = s.shape[1];
+      for (std::int64_t h = 0; h < g.n_head; ++h)
+        std::copy_n(src + (h / group) * D * C, D * C, dst + h * D * C);
+    } else {
+      std::copy_n(src, s.numel, dst);
+    }
+  }
+  const auto idx = tokens(2 * T, g.vocab_size, 7), tgt = tokens(2 * T, g.vocab_size, 8);
+  const double lg = gqa.forward(idx.data(), tgt.data(), 2, T), lm = mha.forward(idx.data(), tgt.data(), 2, T);
+  CHECK(std::abs(lg - lm) <= 1e-13);
+}
+
+TEST_CASE("architecture: checkpoints record the shapes and refuse another, naming the field",
+          "[architecture][checkpoint]") {
+  const auto dir = std::filesystem::temp_directory_path() / "normlab_test_architecture";
+  std::filesystem::create_directories(dir);
+  const ModelConfig c = modern_config();
+  Transformer<double, prenorm_rms, residual_add> windowed(c, 1, 8);
+  windowed.init(2);
+  save_checkpoint(dir / "w.safetensors", windowed, static_cast<const AdamW<double>*>(nullptr));
+  const auto f = io::SafetensorsFile::open(dir / "w.safetensors");
+  CHECK(f.metadata_value("n_kv_heads") == "2");
+  CHECK(f.metadata_value("attn_window") == "4");
+  CHECK(f.metadata_value("d_ff") == "48");
+  CHECK(checkpoint_config(f).attn_window == 4);
+  ModelConfig full = c;
+  full.attn_window = 0;
+  Transformer<double, prenorm_rms, residual_add> full_model(full, 1, 8);
+  CHECK_THROWS_WITH(load_checkpoint(f, full_model, static_cast<AdamW<double>*>(nullptr)),
+                    Catch::Contains("attn_window = 4") && Catch::Contains("the model has 0"));
+  ModelConfig mha = c;
+  mha.n_kv_heads = 0;
+  Transformer<double, prenorm_rms, residual_add> mha_model(mha, 1, 8);
+  CHECK_THROWS_WITH(load_checkpoint(f, mha_model, static_cast<AdamW<double>*>(nullptr)),
+                    Catch::Contains("n_kv_heads = 2") && Catch::Contains("the model has 4"));
+  // Two user schemes of one name that differ in a policy: refused naming both policy lists.
+  struct prenorm_relu2 : prenorm_rms {  // both keep prenorm_rms's name on purpose
+    using mlp_activation = relu2;
+  };
+  struct prenorm_gelu : prenorm_rms {
+    using mlp_activation = gelu_tanh;
+  };
+  Transformer<double, prenorm_relu2, residual_add> relu_model(c, 1, 8);
+  relu_model.init(2);
+  save_checkpoint(dir / "relu2.safetensors", relu_model, static_cast<const AdamW<double>*>(nullptr));
+  Transformer<double, prenorm_gelu, residual_add> gelu_model(c, 1, 8);
+  CHECK_THROWS_WITH(load_checkpoint(io::SafetensorsFile::open(dir / "relu2.safetensors"), gelu_model,
+                                    static_cast<AdamW<double>*>(nullptr)),
+                    Catch::Contains("mlp_activation=relu2") && Catch::Contains("mlp_activation=gelu_tanh"));
+  Transformer<double, prenorm_rms, residual_add> same(c, 1, 8);
+  load_checkpoint(f, same, static_cast<AdamW<double>*>(nullptr));
+  CHECK(same.params().values() == windowed.params().values());
+
+  // A checkpoint written before the fields existed (no n_kv_heads, d_ff,
+  // attn_window, architecture) holds the classic shape and loads into it.
+  ModelConfig classic = c;
+  classic.n_kv_heads = classic.d_ff = classic.attn_window = 0;
+  GPT<double> gpt(classic, 1, 8);
+  gpt.init(6);
+  save_checkpoint(dir / "new.safetensors", gpt, static_cast<const AdamW<double>*>(nullptr));
+  const auto nf = io::SafetensorsFile::open(dir / "new.safetensors");
+  io::SafetensorsWriter w;
+  for (const auto& [key, value] : nf.metadata())
+    if (key != "n_kv_heads" && key != "d_ff" && key != "attn_window" && key != "architecture") w.set_metadata(key, value);
+  std::vector<std::vector<double>> keep;
+  for (const std::string& name : nf.names()) {
+    keep.push_back(nf.read<double>(name));
+    w.add<double>(name, nf.info(name).shape, std::span<const double>(keep.back()));
+  }
+  w.write_atomic(dir / "old.safetensors");
+  const auto of = io::SafetensorsFile::open(dir / "old.safetensors");
+  REQUIRE(of.metadata().count("n_kv_heads") == 0);
+  GPT<double> old_back(classic, 1, 8);
+  load_checkpoint(of, old_back, static_cast<AdamW<double>*>(nullptr));
+  CHECK(old_back.params().values() == gpt.params().values());
+  CHECK(checkpoint_config(of).kv_heads() == classic.n_head);
+  GPT<double> windowed_gpt(c, 1, 8);
+  CHECK_THROWS_WITH(load_checkpoint(of, windowed_gpt, static_cast<AdamW<double>*>(nullptr)),
+                    Catch::Contains("predates the field"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("architecture: shapes that cannot work are refused naming the field", "[architecture][bad-input]") {
+  ModelConfig c = modern_config();
+  c.n_kv_heads = 3;
+  CHECK_THROWS_WITH((GPT<double>(c, 1, 4)), Catch::Contains("n_kv_heads (3) must divide n_head (4)"));
+  c.n_kv_heads = 2;
+  c.attn_window = -1;
+  CHECK_THROWS_WITH((GPT<double>(c, 1, 4)), Catch::Contains("attn_window"));
+  c.attn_window = 0;
+  c.d_ff = -5;
+  CHECK_THROWS_WITH((GPT<double>(c, 1, 4)), Catch::Contains("d_ff"));
+  c.d_ff = 0;
+  // nGPT's s_qk pairs q and k head by head: grouped kv heads are refused, naming the site.
+  CHECK_THROWS_WITH((NGPT<double>(c, 1, 4)), Catch::Contains("unit_scaled") && Catch::Contains("n_kv_heads = 2"));
+}
