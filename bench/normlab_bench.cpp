@@ -451,7 +451,7 @@ BENCHMARK(BM_RowNormalize)->Arg(256)->Arg(1024)->UseRealTime();
 
 template <class Rule>
 void BM_Residual(benchmark::State& state) {
-  using Ops = ResidualOps<Rule, float>;
+  using Ops = cpu::ResidualKernels<Rule::math, float>;
   const std::int64_t N = 2048, C = 256;
   auto h = random_floats(N * C, 1), f = random_floats(N * C, 2), g = random_floats(N * C, 3);
   std::vector<float> alpha(C, 0.05f), out(N * C), dh(N * C), df(N * C), da(C);

@@ -343,7 +343,7 @@ TEST_CASE("gradcheck: cross-entropy and scaled logits", "[grad]") {
 template <class Rule>
 static void check_residual(bool alpha_mixed_sign, double f_from_h = 0.0, double noise_scale = 0.0,
                            double alpha_step = 1e-6) {
-  using Ops = ResidualOps<Rule, double>;
+  using Ops = cpu::ResidualKernels<Rule::math, double>;
   Vec h = random_vector(N * C, 27), f = random_vector(N * C, 28), alpha = random_vector(C, 29, 0.3);
   if (f_from_h != 0.0) {
     const Vec noise = random_vector(N * C, 31, noise_scale);
@@ -398,7 +398,7 @@ struct SlerpRun {
   Vec h, f, out, nz;
 };
 SlerpRun run_slerp(double a, std::uint64_t seed, double f_from_h = 0.0) {
-  using Ops = ResidualOps<slerp, double>;
+  using Ops = cpu::ResidualKernels<slerp::math, double>;
   SlerpRun r{random_vector(N * C, seed), random_vector(N * C, seed + 1), Vec(N * C), Vec(N)};
   if (f_from_h != 0.0) {
     const Vec noise = random_vector(N * C, seed + 2, 1e-12);

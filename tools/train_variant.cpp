@@ -5,7 +5,7 @@
 #ifdef NORMLAB_TRAIN_CUDA
 #include "normlab/backend/cuda/cuda_backend.hpp"
 #ifdef NORMLAB_HAVE_NCCL
-#include "normlab/dist/nccl.hpp"
+#include "normlab/dist/cuda/nccl.hpp"
 #endif
 #endif
 

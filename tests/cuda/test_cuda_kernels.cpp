@@ -86,7 +86,7 @@ void test_rmsnorm(Backend& be, Dtype dt, Tally& t, std::mt19937_64& rng) {
 template <class Rule>
 void test_residual(Backend& be, Dtype dt, ResidualKind kind, const char* name, Tally& t, std::mt19937_64& rng) {
   const std::int64_t N = 43, C = 72;
-  using Ops = ResidualOps<Rule, double>;
+  using Ops = cpu::ResidualKernels<Rule::math, double>;
   const Vec Hh = rounded(dt, test::random_vec(rng, N * C, 0.3)), Ff = rounded(dt, test::random_vec(rng, N * C, 0.3));
   Vec alpha = test::random_vec(rng, C, 0.05, 0.2);
   for (double& a : alpha) a = float(std::abs(a));

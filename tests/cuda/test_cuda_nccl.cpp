@@ -28,7 +28,7 @@
 #include "harness.hpp"
 #include "normlab/backend/cuda/cuda_backend.hpp"
 #include "normlab/dist/grad_sync.hpp"
-#include "normlab/dist/nccl.hpp"
+#include "normlab/dist/cuda/nccl.hpp"
 #include "normlab/model/transformer.hpp"
 #include "normlab/optim/adamw.hpp"
 #include "normlab/train/variants.hpp"

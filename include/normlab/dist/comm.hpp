@@ -3,7 +3,7 @@
 // (launch, rendezvous and collectives belong to an engine such as MPI; normlab
 // writes none of it). A type is chosen at compile time beside the backend:
 // `SingleProcess` (this header, no dependency), `MpiComm` (dist/mpi.hpp) or, for
-// a model in a GPU's memory, `NcclComm<Host>` (dist/nccl.hpp).
+// a model in a GPU's memory, `NcclComm<Host>` (dist/cuda/nccl.hpp).
 //
 // Every collective is called by every rank in the same order with the same
 // sizes; a nonblocking one returns a Request that `progress`/`wait_all` complete.

@@ -26,10 +26,11 @@
 #include <utility>
 #include <vector>
 
-#include "normlab/backend/cpu/backend.hpp"
+#include "normlab/backend/concept.hpp"
 #include "normlab/core/error.hpp"
 #include "normlab/nn/config.hpp"
 #include "normlab/nn/context.hpp"
+#include "normlab/nn/hooks.hpp"
 #include "normlab/nn/params.hpp"
 #include "normlab/nn/policies.hpp"
 #include "normlab/tensor/tensor.hpp"
@@ -40,6 +41,18 @@ template <class T, NormScheme Scheme, ResidualRule Residual, class Backend = cpu
 class Transformer {
   static_assert(check_block_policies<Scheme, Residual>());
   static_assert(std::is_floating_point_v<T>, "normlab: the scalar type must be float or double");
+  // Each hook and the backend member by member (nn/hooks.hpp, backend/concept.hpp):
+  // a missing member is the first error, naming the hook and the member.
+  static_assert(check_model_backend<Backend, T>());
+  static_assert(check_norm_site<typename Scheme::input_norm::template site<T, Backend>, T>());
+  static_assert(check_norm_site<typename Scheme::output_norm::template site<T, Backend>, T>());
+  static_assert(check_norm_site<typename Scheme::final_norm::template site<T, Backend>, T>());
+  static_assert(check_qk_site<typename Scheme::qk::template site<T, Backend>, T>());
+  static_assert(check_activation_site<typename Scheme::mlp_activation::template site<T, Backend>, T>());
+  static_assert(check_logit_scale_site<typename Scheme::logit_scale::template site<T, Backend>, T>());
+  static_assert(check_residual_site<typename Residual::template site<T, Backend, Scheme::alpha_kind>, T>());
+  static_assert(check_output_factors<typename Scheme::output_factors>());
+  static_assert(check_constraint<typename Scheme::constraint, T, Backend>());
 
   // The policy sites of one block and of the head.
   using InputNorm = typename Scheme::input_norm::template site<T, Backend>;
@@ -481,10 +494,7 @@ class Transformer {
     ctx_.d_scale = ar.take(std::max({2 * F, V, C}));
   }
 
-  void zero_grads() {
-    if constexpr (Backend::host_memory) params_.zero_grad();
-    else Backend::fill(ctx_.grads, std::int64_t(params_.size()), T(0));
-  }
+  void zero_grads() { Backend::fill(ctx_.grads, std::int64_t(params_.size()), T(0)); }
 
   void set_sizes(std::int64_t B, std::int64_t Tn, std::int64_t pos0) {
     ctx_.B = B;

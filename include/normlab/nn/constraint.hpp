@@ -6,8 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "normlab/backend/cpu/backend.hpp"
-#include "normlab/backend/cpu/ops.hpp"
+#include "normlab/backend/concept.hpp"
 #include "normlab/nn/params.hpp"
 
 namespace normlab {

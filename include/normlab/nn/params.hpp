@@ -10,7 +10,6 @@
 #include <string>
 #include <vector>
 
-#include "normlab/backend/cpu/ops.hpp"
 #include "normlab/core/error.hpp"
 #include "normlab/tensor/tensor.hpp"
 
@@ -123,13 +122,9 @@ class ParamStore {
   const aligned_vector<T>& values() const { return value_; }
   aligned_vector<T>& grads() { return grad_; }
   const aligned_vector<T>& grads() const { return grad_; }
-  void zero_grad() {  // in parallel chunks: 4M gradients are a memory-bound pass worth two cores
-    constexpr std::int64_t kChunk = 1 << 16;
-    const std::int64_t n = static_cast<std::int64_t>(grad_.size());
-    cpu::parallel_for((n + kChunk - 1) / kChunk, n > 2 * kChunk, [&](std::int64_t c) {
-      std::fill_n(grad_.data() + c * kChunk, std::min(kChunk, n - c * kChunk), T(0));
-    });
-  }
+  // The model's step zeroes its gradients through its backend's fill (in
+  // parallel on the CPU); this is the store's own, for code that holds a store.
+  void zero_grad() { std::fill(grad_.begin(), grad_.end(), T(0)); }
 
  private:
   std::vector<ParamSpec> specs_;

@@ -25,7 +25,6 @@
 #include <string>
 #include <string_view>
 
-#include "normlab/backend/cpu/residual.hpp"
 #include "normlab/backend/residual_math.hpp"
 #include "normlab/nn/context.hpp"
 #include "normlab/nn/params.hpp"
@@ -138,10 +137,6 @@ struct ResidualStep {
                                   K == ScaleKind::scalar);
   }
 };
-
-// The CPU math of the built-in rules, under their old name (tests and benchmarks use it).
-template <class Rule, class T>
-using ResidualOps = cpu::ResidualKernels<Rule::math, T>;
 
 // ------------------------------------------------------------------ the built-in rules' site
 // α (if the rule learns one, named "<prefix><where>_alpha") and the rule's cache;

@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "normlab/backend/cpu/backend.hpp"
+#include "normlab/backend/concept.hpp"
 #include "normlab/core/error.hpp"
 #include "normlab/nn/params.hpp"
 #include "normlab/optim/optimizer.hpp"

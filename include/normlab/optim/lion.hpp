@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include "normlab/backend/cpu/backend.hpp"
+#include "normlab/backend/concept.hpp"
 #include "normlab/optim/optimizer.hpp"
 
 namespace normlab {

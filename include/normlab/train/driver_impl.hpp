@@ -304,7 +304,7 @@ template <class Comm, class Backend>
 constexpr void require_reachable_memory() {
   static_assert(dist::reduces_memory_of<Comm, Backend>,
                 "this communicator cannot reduce this backend's arrays: a model in a GPU's memory trains data "
-                "parallel over dist::NcclComm (dist/nccl.hpp), a host model over dist::MpiComm");
+                "parallel over dist::NcclComm (dist/cuda/nccl.hpp), a host model over dist::MpiComm");
 }
 
 // The options a rank plans its memory with: its share of the batch.

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "normlab/backend/cpu/backend.hpp"
 #include "normlab/model/transformer.hpp"
 
 namespace normlab {

@@ -7,6 +7,7 @@
 #include <string_view>
 #include <tuple>
 
+#include "normlab/backend/cpu/backend.hpp"
 #include "normlab/model/transformer.hpp"
 
 namespace normlab {

@@ -224,7 +224,11 @@ struct cpu_backend {
   }
   template <class T>
   static void fill(T* dst, std::int64_t n, T value) {
-    std::fill_n(dst, n, value);
+    // In parallel chunks: zeroing millions of gradients is a memory-bound pass worth every core.
+    constexpr std::int64_t kChunk = 1 << 16;
+    cpu::parallel_for((n + kChunk - 1) / kChunk, n > 2 * kChunk, [&](std::int64_t c) {
+      std::fill_n(dst + c * kChunk, std::min(kChunk, n - c * kChunk), value);
+    });
   }
   template <class T>
   static void copy(T* dst, const T* src, std::int64_t n) {
