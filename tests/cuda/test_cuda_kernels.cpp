@@ -20,7 +20,9 @@
 #include <random>
 
 #include "harness.hpp"
+#include "normlab/backend/cpu/backend.hpp"
 #include "normlab/backend/cpu/ops.hpp"
+#include "normlab/backend/cpu/residual.hpp"
 #include "normlab/nn/params.hpp"
 #include "normlab/nn/constraint.hpp"
 #include "normlab/nn/residual.hpp"
