@@ -320,3 +320,219 @@ TEST_CASE("architecture: shapes that cannot work are refused naming the field", 
   // nGPT's s_qk pairs q and k head by head: grouped kv heads are refused, naming the site.
   CHECK_THROWS_WITH((NGPT<double>(c, 1, 4)), Catch::Contains("unit_scaled") && Catch::Contains("n_kv_heads = 2"));
 }
+
+// ------------------------------------------------------------------ positions, biases, norms and layouts
+namespace {
+
+struct layernorm_gelu : prenorm_rms {  // GPT-2's norms and MLP
+  static constexpr std::string_view name = "layernorm_gelu";
+  using input_norm = layer_norm;
+  using final_norm = layer_norm;
+  using mlp_activation = gelu_tanh;
+};
+struct layernorm_nobias_scheme : prenorm_rms {
+  static constexpr std::string_view name = "layernorm_nobias";
+  using input_norm = layer_norm_nobias;
+  using final_norm = layer_norm_nobias;
+};
+// Post-LN: no pre-norm, Norm(h + f) in the residual, no final norm.
+struct post_ln : prenorm_rms {
+  static constexpr std::string_view name = "post_ln";
+  using input_norm = no_norm;
+  using final_norm = no_norm;
+};
+struct with_embedding_norm : prenorm_rms {
+  static constexpr std::string_view name = "with_embedding_norm";
+  using embedding_norm = layer_norm;
+};
+
+GradcheckShape gpt2_shape(Positions p, bool bias) {
+  GradcheckShape s;
+  s.config.n_embd = 16;
+  s.config.n_head = 4;
+  s.config.positions = p;
+  s.config.n_positions = p == Positions::learned ? 7 : 0;
+  s.config.bias = bias;
+  s.seq = 7;
+  return s;
+}
+
+template <class Model>
+double decode_vs_forward(ModelConfig c, std::int64_t T) {
+  Model m(c, 1, T);
+  m.init(9);
+  const auto idx = tokens(T, c.vocab_size, 4);
+  m.forward(idx.data(), nullptr, 1, T);
+  const std::vector<double> full(m.logits(), m.logits() + T * c.vocab_size);
+  auto cache = m.make_kv_cache();
+  double worst = 0;
+  for (std::int64_t t = 0; t < T; ++t) {
+    const double* row = m.decode_step(idx[t], cache);
+    for (std::int64_t v = 0; v < c.vocab_size; ++v) worst = std::max(worst, std::abs(row[v] - full[t * c.vocab_size + v]));
+  }
+  return worst;
+}
+
+}  // namespace
+
+TEST_CASE("architecture: float64 gradients of learned positions, NoPE, biases, LayerNorm, post-norm, embedding norm",
+          "[architecture][gradcheck]") {
+  // The same 1e-6 bar; a key bias's gradient is zero by symmetry (softmax ignores
+  // a shift every key shares) and is checked as zero (gradcheck's `vanishing`).
+  using GPT2 = Transformer<double, layernorm_gelu, residual_add>;
+  CHECK(worst_gradient_error<GPT2>(gpt2_shape(Positions::learned, true)) <= 1e-6);
+  CHECK(worst_gradient_error<GPT2>(gpt2_shape(Positions::none, true)) <= 1e-6);
+  CHECK(worst_gradient_error<GPT2>(gpt2_shape(Positions::rope, true)) <= 1e-6);
+  CHECK(worst_gradient_error<Transformer<double, layernorm_nobias_scheme, residual_add>>(
+            gpt2_shape(Positions::rope, false)) <= 1e-6);
+  CHECK(worst_gradient_error<Transformer<double, post_ln, post_norm<layer_norm>>>(gpt2_shape(Positions::learned, true)) <=
+        1e-6);
+  CHECK(worst_gradient_error<Transformer<double, post_ln, post_norm<rms_norm>>>(gpt2_shape(Positions::rope, false)) <=
+        1e-6);
+  CHECK(worst_gradient_error<Transformer<double, with_embedding_norm, residual_add>>(
+            gpt2_shape(Positions::learned, false)) <= 1e-6);
+  CHECK(worst_gradient_error<Transformer<double, sphere, lerp_retract>>(gpt2_shape(Positions::learned, true)) <= 1e-6);
+  // With RoPE the key bias is no longer a shared shift (each key is rotated by its own position).
+  bool key_bias_vanishes_with_learned = false, key_bias_vanishes_with_rope = true;
+  for (const auto& r : check_model_gradients<GPT2>(5, gpt2_shape(Positions::learned, true)))
+    if (r.name == "transformer.h.0.key.bias") key_bias_vanishes_with_learned = r.vanishing;
+  for (const auto& r : check_model_gradients<GPT2>(5, gpt2_shape(Positions::rope, true)))
+    if (r.name == "transformer.h.0.key.bias") key_bias_vanishes_with_rope = r.vanishing;
+  CHECK(key_bias_vanishes_with_learned);
+  CHECK_FALSE(key_bias_vanishes_with_rope);
+}
+
+TEST_CASE("architecture: positions, biases, LayerNorm and post-norm decode as they forward", "[architecture][decode]") {
+  ModelConfig c = modern_config();
+  c.positions = Positions::learned;
+  c.n_positions = 11;
+  c.bias = true;
+  // float64, the same arithmetic in another order: a few ulps of O(1) logits.
+  CHECK(decode_vs_forward<Transformer<double, layernorm_gelu, residual_add>>(c, 11) <= 1e-12);
+  CHECK(decode_vs_forward<Transformer<double, post_ln, post_norm<layer_norm>>>(c, 11) <= 1e-12);
+  CHECK(decode_vs_forward<Transformer<double, with_embedding_norm, residual_add>>(c, 11) <= 1e-12);
+  c.positions = Positions::none;
+  c.n_positions = 0;
+  CHECK(decode_vs_forward<Transformer<double, layernorm_gelu, residual_add>>(c, 11) <= 1e-12);
+}
+
+TEST_CASE("architecture: NoPE is RoPE's model with the rotation removed, and learned positions at zero are NoPE",
+          "[architecture]") {
+  // The same weights: positions = none gives the logits of a model whose q/k
+  // sites rotate nothing; a learned table of zeros adds nothing (bit for bit).
+  ModelConfig c = modern_config();
+  c.attn_window = 0;
+  c.positions = Positions::none;
+  const std::int64_t T = 8;
+  GPT<double> nope(c, 1, T);
+  nope.init(4);
+  ModelConfig lc = c;
+  lc.positions = Positions::learned;
+  lc.n_positions = T;
+  GPT<double> learned(lc, 1, T);
+  learned.init(4);
+  for (const ParamSpec& s : learned.params().specs()) {
+    if (s.name == "transformer.wpe.weight") {
+      std::fill_n(learned.params().value(s.offset), s.numel, 0.0);
+      continue;
+    }
+    bool found = false;
+    for (const ParamSpec& t : nope.params().specs())
+      if (t.name == s.name) {
+        std::copy_n(nope.params().value(t.offset), s.numel, learned.params().value(s.offset));
+        found = true;
+      }
+    INFO(s.name);
+    CHECK(found);
+  }
+  const auto idx = tokens(T, c.vocab_size, 2);
+  nope.forward(idx.data(), nullptr, 1, T);
+  learned.forward(idx.data(), nullptr, 1, T);
+  CHECK(std::equal(nope.logits(), nope.logits() + T * c.vocab_size, learned.logits()));
+  // Without positions a causal model still tells the first token's logits from
+  // RoPE's only through the rotation: at position 0 RoPE rotates by 0, so row 0 agrees.
+  ModelConfig rc = c;
+  rc.positions = Positions::rope;
+  GPT<double> rope(rc, 1, T);
+  rope.init(4);
+  rope.forward(idx.data(), nullptr, 1, T);
+  double row0 = 0, later = 0;
+  for (std::int64_t v = 0; v < c.vocab_size; ++v) {
+    row0 = std::max(row0, std::abs(rope.logits()[v] - nope.logits()[v]));
+    later = std::max(later, std::abs(rope.logits()[(T - 1) * c.vocab_size + v] - nope.logits()[(T - 1) * c.vocab_size + v]));
+  }
+  CHECK(row0 <= 1e-14);
+  CHECK(later > 1e-6);
+}
+
+TEST_CASE("architecture: biases and the position table have their shapes; checkpoints refuse another positions or bias",
+          "[architecture][checkpoint]") {
+  const auto dir = std::filesystem::temp_directory_path() / "normlab_test_positions";
+  std::filesystem::create_directories(dir);
+  ModelConfig c = modern_config();
+  c.positions = Positions::learned;
+  c.n_positions = 8;
+  c.bias = true;
+  using GPT2 = Transformer<double, layernorm_gelu, residual_add>;
+  GPT2 m(c, 1, 8);
+  m.init(2);
+  std::vector<std::string> names;
+  for (const ParamSpec& s : m.params().specs()) {
+    names.push_back(s.name);
+    if (s.name == "transformer.wpe.weight") CHECK(s.shape == std::vector<std::int64_t>{8, 32});
+    if (s.name == "transformer.h.0.key.bias") CHECK(s.shape == std::vector<std::int64_t>{16});  // kv heads · D
+    if (s.name == "transformer.h.0.c_fc.bias") CHECK(s.shape == std::vector<std::int64_t>{48});  // plain: F
+    if (s.name == "transformer.h.0.layernorm_att.bias") CHECK(s.shape == std::vector<std::int64_t>{32});
+  }
+  for (const char* want : {"transformer.wpe.weight", "transformer.h.1.query.bias", "transformer.h.1.value.bias",
+                           "transformer.h.1.att_c_proj.bias", "transformer.h.1.mlp_c_proj.bias", "layernorm_f.bias"}) {
+    INFO(want);
+    CHECK(std::find(names.begin(), names.end(), want) != names.end());
+  }
+  save_checkpoint(dir / "g.safetensors", m, static_cast<const AdamW<double>*>(nullptr));
+  const auto f = io::SafetensorsFile::open(dir / "g.safetensors");
+  CHECK(f.metadata_value("positions") == "learned");
+  CHECK(f.metadata_value("n_positions") == "8");
+  CHECK(f.metadata_value("bias") == "1");
+  const ModelConfig back = checkpoint_config(f);
+  CHECK(back.positions == Positions::learned);
+  CHECK(back.n_positions == 8);
+  CHECK(back.bias);
+  ModelConfig rope = c;
+  rope.positions = Positions::rope;
+  rope.n_positions = 0;
+  GPT2 rope_model(rope, 1, 8);
+  CHECK_THROWS_WITH(load_checkpoint(f, rope_model, static_cast<AdamW<double>*>(nullptr)),
+                    Catch::Contains("positions = learned, the model has rope") ||
+                        Catch::Contains("n_positions = 8, the model has 0"));
+  ModelConfig nobias = c;
+  nobias.bias = false;
+  GPT2 nobias_model(nobias, 1, 8);
+  CHECK_THROWS_WITH(load_checkpoint(f, nobias_model, static_cast<AdamW<double>*>(nullptr)),
+                    Catch::Contains("bias = 1, the model has 0"));
+  GPT2 same(c, 1, 8);
+  load_checkpoint(f, same, static_cast<AdamW<double>*>(nullptr));
+  CHECK(same.params().values() == m.params().values());
+  // A learned table covers n_positions: a longer context is refused, not read past the table.
+  CHECK_THROWS_WITH((GPT2(c, 1, 16)), Catch::Contains("max_seq 16") && Catch::Contains("n_positions"));
+  // The post-norm rule's name carries its norm's, so checkpoints tell them apart.
+  CHECK((Transformer<double, post_ln, post_norm<layer_norm>>::architecture().find("residual=post_norm(layernorm)") !=
+         std::string::npos));
+  CHECK((Transformer<double, with_embedding_norm, residual_add>::architecture().find("embedding_norm=layernorm") !=
+         std::string::npos));
+  CHECK(GPT<double>::architecture().find("embedding_norm") == std::string::npos);  // older checkpoints still load
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("architecture: positions that cannot work are refused naming the field", "[architecture][bad-input]") {
+  ModelConfig c = modern_config();
+  c.positions = Positions::learned;
+  CHECK_THROWS_WITH((GPT<double>(c, 1, 4)), Catch::Contains("positions = learned needs n_positions > 0"));
+  c.positions = Positions::rope;
+  c.n_positions = 5;
+  CHECK_THROWS_WITH((GPT<double>(c, 1, 4)), Catch::Contains("n_positions (5) is for positions = learned only"));
+  Positions p{};
+  CHECK_FALSE(parse_positions("alibi", p));
+  CHECK(parse_positions("none", p));
+  CHECK(p == Positions::none);
+}

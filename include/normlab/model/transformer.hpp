@@ -9,6 +9,8 @@
 //   y  = attention(q,k,v);  a = output_norm(c_att · y W_oᵀ);  h = residual(h, a)
 //   x  = input_norm(h);  act = mlp_activation(x W_fcᵀ);  m = output_norm(c_mlp · act W_projᵀ);  h = residual(h, m)
 //   logits = logit_scale(final_norm(h) W_headᵀ);  after each optimizer step: constraint(weights)
+// with h₀ = embedding_norm(wte[idx] (+ wpe[pos] for learned positions)), and with
+// config.bias a bias after every block GEMM (q, k, v, o, fc, proj).
 //
 // Forward stores what backward needs in an arena laid out once for
 // (max_batch, max_seq); backward is written by hand, layer by layer, in reverse.
@@ -47,6 +49,7 @@ class Transformer {
   static_assert(check_norm_site<typename Scheme::input_norm::template site<T, Backend>, T>());
   static_assert(check_norm_site<typename Scheme::output_norm::template site<T, Backend>, T>());
   static_assert(check_norm_site<typename Scheme::final_norm::template site<T, Backend>, T>());
+  static_assert(check_norm_site<typename embedding_norm_of<Scheme>::template site<T, Backend>, T>());
   static_assert(check_qk_site<typename Scheme::qk::template site<T, Backend>, T>());
   static_assert(check_activation_site<typename Scheme::mlp_activation::template site<T, Backend>, T>());
   static_assert(check_logit_scale_site<typename Scheme::logit_scale::template site<T, Backend>, T>());
@@ -58,6 +61,14 @@ class Transformer {
   using InputNorm = typename Scheme::input_norm::template site<T, Backend>;
   using OutputNorm = typename Scheme::output_norm::template site<T, Backend>;
   using FinalNorm = typename Scheme::final_norm::template site<T, Backend>;
+  using EmbeddingNorm = typename embedding_norm_of<Scheme>::template site<T, Backend>;
+  static constexpr bool kEmbeddingNorm = !is_identity_norm<embedding_norm_of<Scheme>>;
+  // A bias is the backend's add_bias/bias_backward where it has them, else a GEMM
+  // with a column of ones (the same sums through primitives every backend has).
+  static constexpr bool kFusedBias = requires(T* y, const T* x, std::int64_t n) {
+    Backend::add_bias(y, x, n, n);
+    Backend::bias_backward(y, x, n, n);
+  };
   using Qk = typename Scheme::qk::template site<T, Backend>;
   using Activation = typename Scheme::mlp_activation::template site<T, Backend>;
   using LogitScale = typename Scheme::logit_scale::template site<T, Backend>;
@@ -86,6 +97,14 @@ class Transformer {
     rope_cos_.assign(static_cast<std::size_t>(maxT_ * cfg_.head_dim() / 2), T(0));
     rope_sin_.assign(rope_cos_.size(), T(0));
     Backend::rope_table(rope_cos_.data(), rope_sin_.data(), maxT_, cfg_.head_dim(), cfg_.rope_base);
+    if (cfg_.positions != Positions::rope) {  // no rotation: cos 1, sin 0 make every q/k site's RoPE the identity
+      Backend::fill(rope_cos_.data(), std::int64_t(rope_cos_.size()), T(1));
+      Backend::fill(rope_sin_.data(), std::int64_t(rope_sin_.size()), T(0));
+    }
+    if (!kFusedBias && cfg_.bias) {
+      ones_.assign(static_cast<std::size_t>(maxB_ * maxT_), T(0));
+      Backend::fill(ones_.data(), std::int64_t(ones_.size()), T(1));
+    }
     attn_factor_ = Factors::attn(cfg_, maxT_);
     mlp_factor_ = Factors::mlp(cfg_);
     ctx_.cfg = &cfg_;
@@ -153,7 +172,9 @@ class Transformer {
            ";final_norm=" + policy_name<typename Scheme::final_norm>() + ";qk=" + policy_name<typename Scheme::qk>() +
            ";mlp_activation=" + policy_name<typename Scheme::mlp_activation>() +
            ";logit_scale=" + policy_name<typename Scheme::logit_scale>() +
-           ";output_factors=" + policy_name<typename Scheme::output_factors>() + ";residual=" + policy_name<Residual>();
+           ";output_factors=" + policy_name<typename Scheme::output_factors>() + ";residual=" + policy_name<Residual>() +
+           // only where a scheme has one: the built-in variants' older checkpoints record no embedding_norm
+           (kEmbeddingNorm ? ";embedding_norm=" + policy_name<embedding_norm_of<Scheme>>() : std::string());
   }
 
   // Fresh initialisation as each parameter's declaring policy asked (ParamSpec::init):
@@ -206,7 +227,7 @@ class Transformer {
       targets_ = tokens_.data() + maxB_ * maxT_;
     }
     set_sizes(B, Tn, 0);
-    Backend::embedding_forward(acts_[0].h_in, idx, P(wte_), B * Tn, cfg_.n_embd);
+    embed(idx, B, Tn, 0);
     for (std::int64_t l = 0; l < cfg_.n_layer; ++l) layer_forward(l, nullptr);
     head_forward(B * Tn);
     if (!targets) return 0.0;
@@ -245,7 +266,7 @@ class Transformer {
     B_ = 1;
     T_ = 1;
     set_sizes(1, 1, cache.length);
-    Backend::embedding_forward(acts_[0].h_in, &token, P(wte_), 1, cfg_.n_embd);
+    embed(&token, 1, 1, cache.length);
     for (std::int64_t l = 0; l < cfg_.n_layer; ++l) layer_forward(l, &cache);
     ++cache.length;
     head_forward(1);
@@ -287,13 +308,16 @@ class Transformer {
       // ---- MLP: residual, output norm, projection, activation, input projection, input norm
       a.res_mlp.backward(c, d_h_, d_f_, d_h_, h_out, a.h_mid, a.m, N, C);
       const T* dm = a.out_mlp.backward(c, d_y_, d_f_, a.m_raw, N, C);
+      bias_grad(w.bproj, dm, N, C);
       Backend::linear_backward(d_act_, G(w.wproj), dm, a.act, P(w.wproj), N, F, C, T(mlp_factor_));
       a.activation.backward(c, d_uv_, d_act_, a.uv, N, F);
+      bias_grad(w.bfc, d_uv_, N, UV);
       Backend::linear_backward(d_x_, G(w.wfc), d_uv_, a.xm, P(w.wfc), N, C, UV);
       Backend::add_into(d_h_, a.in_mlp.backward(c, d_f_, d_x_, a.h_mid, N, C), N * C);
       // ---- attention: residual, output norm, projection, attention, q/k, projections, input norm
       a.res_att.backward(c, d_h_, d_f_, d_h_, a.h_mid, a.h_in, a.a, N, C);
       const T* da = a.out_att.backward(c, d_x_, d_f_, a.a_raw, N, C);
+      bias_grad(w.bo, da, N, C);
       Backend::linear_backward(d_y_, G(w.wo), da, a.y, P(w.wo), N, C, C, T(attn_factor_));
       const auto [keys, values] = attention_kv(a, N);
       Backend::attention_backward(d_q_, d_k_, d_v_, d_y_, a.y, a.lse, a.qk.qa(), keys, values, B, Tn, cfg_.n_head,
@@ -307,6 +331,9 @@ class Transformer {
         dv = d_vc_;
       }
       a.qk.backward(c, d_q_, dk, d_x_);
+      bias_grad(w.bq, d_q_, N, C);
+      bias_grad(w.bk, dk, N, KV);
+      bias_grad(w.bv, dv, N, KV);
       Backend::linear_backward(d_x_, G(w.wq), d_q_, a.xa, P(w.wq), N, C, C);
       Backend::linear_backward(d_f_, G(w.wk), dk, a.xa, P(w.wk), N, C, KV);
       Backend::add_into(d_x_, d_f_, N * C);
@@ -315,7 +342,7 @@ class Transformer {
       Backend::add_into(d_h_, a.in_att.backward(c, d_f_, d_x_, a.h_in, N, C), N * C);
       ready(layers_[l].begin);
     }
-    Backend::embedding_backward(G(wte_), idx_, d_h_, N, C);
+    embed_backward(B, Tn);
     ready(std::size_t(0));
   }
 
@@ -352,7 +379,9 @@ class Transformer {
   struct LayerOffsets {
     std::size_t begin = 0;  // the layer's first parameter (its own and its sites' follow contiguously)
     std::size_t wq = 0, wk = 0, wv = 0, wo = 0, wfc = 0, wproj = 0;
+    std::size_t bq = kNone, bk = kNone, bv = kNone, bo = kNone, bfc = kNone, bproj = kNone;  // with config.bias
   };
+  static constexpr std::size_t kNone = std::size_t(-1);
   // One block's activations and its policy sites (each holds its parameters'
   // offsets and what it saves for backward).
   struct LayerActs {
@@ -394,6 +423,9 @@ class Transformer {
     cfg_.validate();
     if (max_batch <= 0 || max_seq <= 0) throw Error("Transformer: max_batch and max_seq must be positive");
     Backend::check_model_limits(max_batch, max_seq, cfg_.n_head, cfg_.n_embd, cfg_.head_dim());
+    if (cfg_.positions == Positions::learned && max_seq > cfg_.n_positions)
+      throw Error("Transformer: max_seq " + std::to_string(max_seq) + " exceeds the learned position table's " +
+                  std::to_string(cfg_.n_positions) + " rows (n_positions): learned positions do not extrapolate");
     acts_.assign(static_cast<std::size_t>(cfg_.n_layer), LayerActs{});
     declare_params(allocate_params);
     Arena<T> counting;
@@ -415,6 +447,11 @@ class Transformer {
     const ParamInit proj_init = ParamInit::normal(cfg_.base_scale / std::sqrt(2.0 * double(cfg_.n_layer)));
     wte_ = params_.add("transformer.wte.weight", {V, C}, ParamRole::matrix, rows, w_init);
     params_.mark_vocabulary(wte_);
+    if (cfg_.positions == Positions::learned) {  // an embedding table: AdamW under Muon, as wte
+      wpe_ = params_.add("transformer.wpe.weight", {cfg_.n_positions, C}, ParamRole::matrix, rows, w_init);
+      params_.mark_vocabulary(wpe_);
+    }
+    embedding_norm_.declare(params_, "transformer.", "emb", cfg_);
     layers_.resize(static_cast<std::size_t>(cfg_.n_layer));
     for (std::int64_t l = 0; l < cfg_.n_layer; ++l) {
       const std::string p = "transformer.h." + std::to_string(l) + ".";
@@ -427,6 +464,17 @@ class Transformer {
       w.wo = params_.add(p + "att_c_proj.weight", {C, C}, ParamRole::matrix, cols, proj_init);
       w.wfc = params_.add(p + "c_fc.weight", {UV, C}, ParamRole::matrix, rows, w_init);
       w.wproj = params_.add(p + "mlp_c_proj.weight", {C, F}, ParamRole::matrix, cols, proj_init);
+      if (cfg_.bias) {
+        auto bias = [&](const char* name, std::int64_t n) {
+          return params_.add(p + name, {n}, ParamRole::gain, NormAxis::none, ParamInit::constant(0));
+        };
+        w.bq = bias("query.bias", C);
+        w.bk = bias("key.bias", KV);
+        w.bv = bias("value.bias", KV);
+        w.bo = bias("att_c_proj.bias", C);
+        w.bfc = bias("c_fc.bias", UV);
+        w.bproj = bias("mlp_c_proj.bias", C);
+      }
       a.in_att.declare(params_, p, "att", cfg_);
       a.in_mlp.declare(params_, p, "mlp", cfg_);
       a.out_att.declare(params_, p, "att_out", cfg_);
@@ -448,6 +496,10 @@ class Transformer {
   void layout(Arena<T>& ar) {
     const std::int64_t N = maxB_ * maxT_, C = cfg_.n_embd, H = cfg_.n_head, F = cfg_.ff_dim(), V = cfg_.vocab_size;
     const std::int64_t KV = cfg_.kv_dim(), UV = kGated ? 2 * F : F;
+    if constexpr (kEmbeddingNorm) {
+      emb_raw_ = ar.take(N * C);
+      embedding_norm_.bind(ar, N, C);
+    }
     for (LayerActs& a : acts_) {
       a.h_in = ar.take(N * C);
       a.in_att.bind(ar, N, C);
@@ -515,6 +567,9 @@ class Transformer {
     Backend::linear_forward(a.q, a.xa, P(w.wq), N, C, C);
     Backend::linear_forward(a.k, a.xa, P(w.wk), N, C, KV);
     Backend::linear_forward(a.v, a.xa, P(w.wv), N, C, KV);
+    add_bias(a.q, w.bq, N, C);
+    add_bias(a.k, w.bk, N, KV);
+    add_bias(a.v, w.bv, N, KV);
     a.qk.forward(c, a.q, a.k);
     if (cache) {  // one token: append its key/value, attend over the window's positions up to pos0
       const std::int64_t pos0 = c.pos0, first = cfg_.attn_window > 0 ? std::max<std::int64_t>(0, pos0 + 1 - cfg_.attn_window) : 0;
@@ -539,15 +594,52 @@ class Transformer {
     }
     // The scheme's output factor (1 for most) is the GEMM's alpha.
     Backend::linear_forward(a.a_raw, static_cast<const T*>(a.y), P(w.wo), N, C, C, false, T(attn_factor_));
+    add_bias(a.a_raw, w.bo, N, C);
     a.a = a.out_att.forward(c, a.a_raw, N, C);
     a.res_att.forward(c, a.h_mid, a.h_in, a.a, N, C);
     // ---- MLP
     a.xm = a.in_mlp.forward(c, a.h_mid, N, C);
     Backend::linear_forward(a.uv, a.xm, P(w.wfc), N, C, UV);
+    add_bias(a.uv, w.bfc, N, UV);
     a.activation.forward(c, a.act, a.uv, N, F);
     Backend::linear_forward(a.m_raw, static_cast<const T*>(a.act), P(w.wproj), N, F, C, false, T(mlp_factor_));
+    add_bias(a.m_raw, w.bproj, N, C);
     a.m = a.out_mlp.forward(c, a.m_raw, N, C);
     a.res_mlp.forward(c, h_out, a.h_mid, a.m, N, C);
+  }
+
+  // The residual stream entering layer 0 for B×Tn tokens at positions pos0…:
+  // token rows, plus the learned position rows, through the embedding norm.
+  void embed(const std::int64_t* idx, std::int64_t B, std::int64_t Tn, std::int64_t pos0) {
+    const std::int64_t C = cfg_.n_embd, N = B * Tn;
+    T* e = kEmbeddingNorm ? emb_raw_ : acts_[0].h_in;
+    Backend::embedding_forward(e, idx, P(wte_), N, C);
+    if (cfg_.positions == Positions::learned)
+      for (std::int64_t b = 0; b < B; ++b) Backend::add_into(e + b * Tn * C, P(wpe_) + pos0 * C, Tn * C);
+    if constexpr (kEmbeddingNorm) Backend::copy(acts_[0].h_in, embedding_norm_.forward(ctx_, e, N, C), N * C);
+  }
+  // d_h_ (the gradient entering layer 0) back to the tables; position rows
+  // summed over the batch in order.
+  void embed_backward(std::int64_t B, std::int64_t Tn) {
+    const std::int64_t C = cfg_.n_embd, N = B * Tn;
+    const T* de = d_h_;
+    if constexpr (kEmbeddingNorm) de = embedding_norm_.backward(ctx_, d_x_, d_h_, emb_raw_, N, C);
+    if (cfg_.positions == Positions::learned)
+      for (std::int64_t b = 0; b < B; ++b) Backend::add_into(G(wpe_), de + b * Tn * C, Tn * C);
+    Backend::embedding_backward(G(wte_), idx_, de, N, C);
+  }
+
+  // y(N,M) += bias b (no-op for a layer without one).
+  void add_bias(T* y, std::size_t b, std::int64_t N, std::int64_t M) {
+    if (b == kNone) return;
+    if constexpr (kFusedBias) Backend::add_bias(y, P(b), N, M);
+    else Backend::linear_forward(y, static_cast<const T*>(ones_.data()), P(b), N, 1, M, true, T(1));
+  }
+  void bias_grad(std::size_t b, const T* dy, std::int64_t N, std::int64_t M) {
+    if (b == kNone) return;
+    if constexpr (kFusedBias) Backend::bias_backward(G(b), dy, N, M);
+    else Backend::linear_backward(static_cast<T*>(nullptr), G(b), dy, static_cast<const T*>(ones_.data()), P(b), N, 1, M,
+                                  T(1));
   }
 
   // Final norm, LM head and logit scale over the first N rows.
@@ -631,7 +723,7 @@ class Transformer {
   ModelConfig cfg_;
   std::int64_t maxB_, maxT_;
   ParamStore<T> params_;
-  std::size_t wte_ = 0, lm_head_ = 0;
+  std::size_t wte_ = 0, lm_head_ = 0, wpe_ = 0;
   std::size_t head_begin_ = 0;  // the first parameter after the last layer's
   std::vector<LayerOffsets> layers_;
   buffer arena_memory_;
@@ -639,6 +731,9 @@ class Transformer {
   buffer live_values_, live_grads_;  // the step's parameters where the backend has its own memory
   std::vector<LayerActs> acts_;
   FinalNorm final_norm_;
+  EmbeddingNorm embedding_norm_;
+  T* emb_raw_ = nullptr;  // (N,C) embedding before the embedding norm (a scheme with one only)
+  buffer ones_;           // (maxB·maxT) ones: the bias GEMM's column where the backend has no add_bias
   LogitScale logit_scale_;
   StepContext<T> ctx_;
   buffer rope_cos_, rope_sin_;  // (maxT, D/2)

@@ -7,6 +7,29 @@
 
 namespace normlab {
 
+// Where a token's position enters the model. rope: rotary embeddings on q and k
+// (base rope_base); none: no positional signal (NoPE: causal masking alone);
+// learned: a learned absolute table (n_positions, C) added to the token
+// embedding (GPT-2), which caps the context at n_positions.
+enum class Positions : int { rope = 0, none = 1, learned = 2 };
+inline const char* positions_name(Positions p) {
+  switch (p) {
+    case Positions::rope: return "rope";
+    case Positions::none: return "none";
+    case Positions::learned: return "learned";
+  }
+  return "?";
+}
+// "rope" | "none" | "learned" -> the enum; false for any other text.
+inline bool parse_positions(const std::string& s, Positions& out) {
+  for (Positions p : {Positions::rope, Positions::none, Positions::learned})
+    if (s == positions_name(p)) {
+      out = p;
+      return true;
+    }
+  return false;
+}
+
 struct ModelConfig {
   std::int64_t vocab_size = 256;
   std::int64_t n_embd = 64;
@@ -23,6 +46,13 @@ struct ModelConfig {
   std::int64_t n_kv_heads = 0;
   std::int64_t d_ff = 0;
   std::int64_t attn_window = 0;
+  // Positions and biases (the classic model: RoPE, no biases).
+  //   n_positions  rows of the learned position table (positions = learned only)
+  //   bias         a bias on every linear layer of the blocks (q, k, v, the
+  //                attention's output, both MLP projections); the LM head has none
+  Positions positions = Positions::rope;
+  std::int64_t n_positions = 0;
+  bool bias = false;
   // Std of the initial weights; also the re-parameterisation constant of the
   // nGPT scales (stored value × init/base_scale). The reference uses 0.02 for
   // GPT and 1/√d for nGPT; 0 means "the scheme's default".
@@ -55,6 +85,12 @@ struct ModelConfig {
           ") (0: as many as n_head)");
     if (d_ff < 0) bad("d_ff (" + std::to_string(d_ff) + ") must be positive (0: 4·n_embd)");
     if (attn_window < 0) bad("attn_window (" + std::to_string(attn_window) + ") must be positive (0: full causal)");
+    if (positions == Positions::learned && n_positions <= 0)
+      bad("positions = learned needs n_positions > 0 (the rows of the position table), got " +
+          std::to_string(n_positions));
+    if (positions != Positions::learned && n_positions != 0)
+      bad("n_positions (" + std::to_string(n_positions) + ") is for positions = learned only (positions = " +
+          positions_name(positions) + ")");
   }
 };
 

@@ -63,4 +63,49 @@ struct rms_norm {
   };
 };
 
+// LayerNorm (GPT-2's): mean-subtracting, a learned gain (initialised to 1)
+// and, with Bias, a learned bias (initialised to 0); ε from the config's
+// rmsnorm_eps (GPT-2 uses 1e-5). "<prefix>layernorm_<where>.weight" / ".bias".
+// Biases are vectors: ParamRole::gain (no weight decay, AdamW under Muon).
+template <bool Bias>
+struct layer_norm_with {
+  static constexpr std::string_view name = Bias ? "layernorm" : "layernorm_nobias";
+  template <class T, class Backend>
+  struct site {
+    static_assert(requires(T* y, const T* x, std::int64_t n, T e) {
+      Backend::layernorm_forward(y, y, y, x, x, x, n, n, e);
+      Backend::layernorm_backward(y, y, y, x, x, x, x, x, n, n);
+    }, "normlab: layer_norm needs Backend::layernorm_forward(y, mean, rstd, x, w, b, N, C, eps) and "
+       "layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, N, C); this backend lacks them "
+       "(docs/extending.md, 'adding an op to your backend')");
+    std::size_t gain = 0, bias = 0;
+    T* y = nullptr;     // (rows, C)
+    T* mean = nullptr;  // (rows)
+    T* rstd = nullptr;  // (rows)
+    void declare(ParamStore<T>& p, const std::string& prefix, std::string_view where, const ModelConfig& cfg) {
+      const std::string base = prefix + "layernorm_" + std::string(where);
+      gain = p.add(base + ".weight", {cfg.n_embd}, ParamRole::gain, NormAxis::none, ParamInit::constant(1));
+      if constexpr (Bias)
+        bias = p.add(base + ".bias", {cfg.n_embd}, ParamRole::gain, NormAxis::none, ParamInit::constant(0));
+    }
+    void bind(Arena<T>& ar, std::int64_t rows, std::int64_t C) {
+      y = ar.take(rows * C);
+      mean = ar.take(rows);
+      rstd = ar.take(rows);
+    }
+    const T* forward(StepContext<T>& c, const T* x, std::int64_t rows, std::int64_t C) {
+      Backend::layernorm_forward(y, mean, rstd, x, c.P(gain), Bias ? c.P(bias) : static_cast<const T*>(nullptr), rows,
+                                 C, T(c.cfg->rmsnorm_eps));
+      return y;
+    }
+    const T* backward(StepContext<T>& c, T* scratch, const T* dy, const T* x, std::int64_t rows, std::int64_t C) {
+      Backend::layernorm_backward(scratch, c.G(gain), Bias ? c.G(bias) : static_cast<T*>(nullptr), dy, x, c.P(gain),
+                                  mean, rstd, rows, C);
+      return scratch;
+    }
+  };
+};
+using layer_norm = layer_norm_with<true>;
+using layer_norm_nobias = layer_norm_with<false>;
+
 }  // namespace normlab

@@ -18,7 +18,7 @@ namespace normlab {
 // Optimizer parameter groups: each has its own lr multiplier, weight decay and ε.
 enum class ParamRole : int {
   matrix = 0,  // 2-D weights (decayed in GPT, following PyTorch AdamW practice)
-  gain = 1,    // RMSNorm gains
+  gain = 1,    // norm gains and the linear layers' biases (vectors)
   alpha = 2,   // nGPT/anGPT learned residual steps α
   scale = 3,   // s_qk, s_uv, s_z
 };

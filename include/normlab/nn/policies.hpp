@@ -30,6 +30,11 @@
 //   hidden_on_sphere  whether the residual stream lives on the unit sphere
 //                     (then the residual rule must retract, and the weights'
 //                     default init std is 1/√d instead of 0.02)
+// and one optional member (absent: no_norm):
+//   embedding_norm  on the embedding, before layer 0 (no_norm | layer_norm | rms_norm | yours)
+// The block's layout (pre-norm, post-norm, sandwich) is a choice of these and
+// of the residual rule: nn/layout.hpp. Attention's and the MLP's shapes,
+// positions (RoPE, none, learned) and biases are the config's (nn/config.hpp).
 // Invalid combinations fail to compile with a sentence naming the fix.
 #include <cmath>
 #include <concepts>
@@ -38,6 +43,7 @@
 
 #include "normlab/nn/angpt_factors.hpp"
 #include "normlab/nn/constraint.hpp"
+#include "normlab/nn/layout.hpp"
 #include "normlab/nn/logits.hpp"
 #include "normlab/nn/mlp.hpp"
 #include "normlab/nn/norms.hpp"
@@ -48,6 +54,21 @@
 namespace normlab {
 
 enum class SoftmaxScale { inv_sqrt_dk, sqrt_dk };
+
+namespace detail {
+template <class S>
+struct embedding_norm_member {
+  using type = no_norm;
+};
+template <class S>
+  requires requires { typename S::embedding_norm; }
+struct embedding_norm_member<S> {
+  using type = typename S::embedding_norm;
+};
+}  // namespace detail
+// A scheme's embedding_norm, or no_norm where it has none.
+template <class S>
+using embedding_norm_of = typename detail::embedding_norm_member<S>::type;
 
 // ------------------------------------------------------------------ schemes
 // Pre-norm GPT: RMSNorm (learned gain) before attention, before the MLP and

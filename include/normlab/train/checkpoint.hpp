@@ -60,6 +60,7 @@ void save_checkpoint(const std::filesystem::path& path, const Model& model, cons
   w.set_metadata("n_head", std::to_string(c.n_head));
   w.set_metadata("n_layer", std::to_string(c.n_layer));
   for (const auto& [key, value] : checkpoint_shape_fields(c)) w.set_metadata(key, std::to_string(value));
+  w.set_metadata("positions", positions_name(c.positions));
   w.set_metadata("architecture", Model::architecture());
   w.set_metadata("scalar", sizeof(T) == 4 ? "float32" : "float64");
   for (const auto& [key, field] : checkpoint_real_fields()) w.set_metadata(key, exact_string(c.*field));
@@ -132,7 +133,8 @@ void load_checkpoint(const io::SafetensorsFile& f, Model& model, Opt* opt) {
   // recorded holds the classic ones (multi-head, 4C, full causal).
   const ModelConfig classic = [&] {
     ModelConfig k = c;
-    k.n_kv_heads = k.d_ff = k.attn_window = 0;
+    k.n_kv_heads = k.d_ff = k.attn_window = k.n_positions = 0;
+    k.bias = false;
     return k;
   }();
   const auto classic_fields = checkpoint_shape_fields(classic);
@@ -143,6 +145,13 @@ void load_checkpoint(const io::SafetensorsFile& f, Model& model, Opt* opt) {
     if (got != std::to_string(v))
       throw Error(f.source() + ": checkpoint has " + key + " = " + got + ", the model has " + std::to_string(v) +
                   (f.metadata().count(key) ? "" : " (the checkpoint predates the field: it holds the classic shape)"));
+  }
+  {
+    const std::string got = f.metadata().count("positions") ? f.metadata_value("positions") : std::string("rope");
+    if (got != positions_name(c.positions))
+      throw Error(f.source() + ": checkpoint has positions = " + got + ", the model has " +
+                  positions_name(c.positions) +
+                  (f.metadata().count("positions") ? "" : " (the checkpoint predates the field: it holds RoPE)"));
   }
   if (f.metadata().count("architecture") && f.metadata_value("architecture") != Model::architecture())
     throw Error(f.source() + ": checkpoint's policies are " + f.metadata_value("architecture") + ", the model's " +

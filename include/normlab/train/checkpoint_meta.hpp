@@ -77,7 +77,8 @@ inline const std::vector<std::pair<const char*, double ModelConfig::*>>& checkpo
 // The integer shape fields beyond the four classic ones, resolved (0 → the
 // default each stands for), in the order checkpoints write them.
 inline std::vector<std::pair<const char*, std::int64_t>> checkpoint_shape_fields(const ModelConfig& c) {
-  return {{"n_kv_heads", c.kv_heads()}, {"d_ff", c.ff_dim()}, {"attn_window", c.attn_window}};
+  return {{"n_kv_heads", c.kv_heads()}, {"d_ff", c.ff_dim()}, {"attn_window", c.attn_window},
+          {"n_positions", c.n_positions}, {"bias", c.bias ? 1 : 0}};
 }
 
 // The model config a checkpoint was written with (to build the model that loads it).
@@ -91,6 +92,11 @@ inline ModelConfig checkpoint_config(const io::SafetensorsFile& f) {
   if (f.metadata().count("n_kv_heads")) c.n_kv_heads = checkpoint_int(f, "n_kv_heads");
   if (f.metadata().count("d_ff")) c.d_ff = checkpoint_int(f, "d_ff");
   if (f.metadata().count("attn_window")) c.attn_window = checkpoint_int(f, "attn_window");
+  if (f.metadata().count("n_positions")) c.n_positions = checkpoint_int(f, "n_positions");
+  if (f.metadata().count("bias")) c.bias = checkpoint_int(f, "bias") != 0;
+  if (f.metadata().count("positions") && !parse_positions(f.metadata_value("positions"), c.positions))
+    throw Error(f.source() + ": checkpoint's positions '" + f.metadata_value("positions") +
+                "' is none of rope, none, learned");
   for (const auto& [key, field] : checkpoint_real_fields()) c.*field = checkpoint_double(f, key);
   return c;
 }

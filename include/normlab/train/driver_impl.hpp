@@ -415,6 +415,8 @@ inline std::vector<std::pair<std::string, std::string>> flags_fingerprint(const 
           {"kv-heads", std::to_string(o.kv_heads)},
           {"d-ff", std::to_string(o.d_ff)},
           {"window", std::to_string(o.window)},
+          {"positions", o.positions},
+          {"bias", std::to_string(o.bias)},
           {"lr", exact_string(o.lr)},
           {"min-lr", exact_string(o.min_lr)},
           {"warmup", std::to_string(o.warmup)},
@@ -957,6 +959,12 @@ inline std::optional<int> parse_train_command(int argc, const char* const* argv,
   app.add_option("--window", o.window,
                  "causal sliding-window attention over this many positions (0: full; default: the variant's, else 0)")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--positions", o.positions,
+                 "where positions enter: rope, none (NoPE) or learned (an absolute table of --seq rows, GPT-2); "
+                 "default: the variant's, else rope")
+      ->check(CLI::IsMember({"rope", "none", "learned"}));
+  app.add_option("--bias", o.bias, "1: a bias on every linear layer of the blocks (GPT-2); default: the variant's, else 0")
+      ->check(CLI::Range(0, 1));
   app.add_option("--lr", o.lr, "peak learning rate (default: the variant's, from docs/study.md's sweep: " +
                                    std::string(variant) + " " + exact_string(default_lr) + ")")
       ->check(positive_real());

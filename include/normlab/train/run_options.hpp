@@ -30,6 +30,8 @@ struct TrainOptions {
   std::int64_t kv_heads = -1;        // -1: the variant's (n_head unless it sets one)
   std::int64_t d_ff = -1;            // -1: the variant's (4·d unless it sets one)
   std::int64_t window = -1;          // -1: the variant's (full causal unless it sets one)
+  std::string positions;             // "": the variant's (RoPE unless it sets one); rope | none | learned
+  std::int64_t bias = -1;            // -1: the variant's (none unless it sets them); 0 | 1
   double lr = 0;                     // 0: the variant's default (variants.hpp), or the checkpoint's on resume
   double min_lr = -1;                // -1: lr / 10
   std::int64_t warmup = -1;          // -1: the variant's default
@@ -206,7 +208,8 @@ namespace detail {
 // The model a run of these flags trains, for a vocabulary of `vocab`: the
 // sizes from the flags, then the variant's own architecture (`configure`, a
 // tag's optional `static void configure(ModelConfig&)`), then --kv-heads,
-// --d-ff and --window where given.
+// --d-ff, --window, --positions and --bias where given (learned positions
+// without a table size get one row per position of --seq).
 inline ModelConfig model_config(const TrainOptions& o, std::int64_t vocab,
                                 void (*configure)(ModelConfig&) = nullptr) {
   ModelConfig mc;
@@ -218,6 +221,11 @@ inline ModelConfig model_config(const TrainOptions& o, std::int64_t vocab,
   if (o.kv_heads >= 0) mc.n_kv_heads = o.kv_heads;
   if (o.d_ff >= 0) mc.d_ff = o.d_ff;
   if (o.window >= 0) mc.attn_window = o.window;
+  if (!o.positions.empty() && !parse_positions(o.positions, mc.positions))
+    throw Error("--positions: '" + o.positions + "' is none of rope, none, learned");
+  if (mc.positions != Positions::learned) mc.n_positions = 0;
+  else if (mc.n_positions == 0) mc.n_positions = o.seq;  // the table covers the training context
+  if (o.bias >= 0) mc.bias = o.bias != 0;
   return mc;
 }
 }  // namespace detail

@@ -93,6 +93,55 @@ struct cpu_backend {
   static void add_into(T* dst, const T* src, std::int64_t n) {
     cpu::parallel_for(n, n > cpu::kParallelGrain, [&](std::int64_t i) { dst[i] += src[i]; });
   }
+  // Linear layers' biases: y(N,M) += b broadcast over rows; db(M) += Σ_rows dy
+  // (deterministic column sums). A backend without them gets the same from
+  // linear_forward/linear_backward on a column of ones (model/transformer.hpp).
+  template <class T>
+  static void add_bias(T* y, const T* b, std::int64_t N, std::int64_t M) {
+    cpu::parallel_for(N, N * M > cpu::kParallelGrain, [&](std::int64_t i) {
+      T* yi = y + i * M;
+      for (std::int64_t j = 0; j < M; ++j) yi[j] += b[j];
+    });
+  }
+  template <class T>
+  static void bias_backward(T* db, const T* dy, std::int64_t N, std::int64_t M) {
+    cpu::column_reduce(db, N, M, [&](std::int64_t i, std::int64_t j) { return dy[i * M + j]; });
+  }
+  // LayerNorm over rows of C: y = (x − μ) r ⊙ w + b, r = 1/√(mean((x − μ)²) + ε);
+  // mean and rstd (N) saved for backward; b may be null (no bias).
+  template <class T>
+  static void layernorm_forward(T* y, T* mean, T* rstd, const T* x, const T* w, const T* b, std::int64_t N,
+                                std::int64_t C, T eps) {
+    cpu::parallel_for(N, N * C > cpu::kParallelGrain, [&](std::int64_t i) {
+      const T* xi = x + i * C;
+      const T mu = cpu::lane_sum<T>(C, [&](std::int64_t c) { return xi[c]; }) / T(C);
+      const T var = cpu::lane_sum<T>(C, [&](std::int64_t c) { return (xi[c] - mu) * (xi[c] - mu); }) / T(C);
+      const T r = T(1) / std::sqrt(var + eps);
+      mean[i] = mu;
+      rstd[i] = r;
+      T* yi = y + i * C;
+      for (std::int64_t c = 0; c < C; ++c) yi[c] = (xi[c] - mu) * r * w[c] + (b ? b[c] : T(0));
+    });
+  }
+  // x̂ = (x − μ) r, g = dy ⊙ w:  dx = r (g − mean(g) − x̂ mean(g ⊙ x̂));
+  // dw += Σ_rows dy ⊙ x̂;  db += Σ_rows dy (when db is not null).
+  template <class T>
+  static void layernorm_backward(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w, const T* mean,
+                                 const T* rstd, std::int64_t N, std::int64_t C) {
+    cpu::parallel_for(N, N * C > cpu::kParallelGrain, [&](std::int64_t i) {
+      const T* xi = x + i * C;
+      const T* gi = dy + i * C;
+      const T mu = mean[i], r = rstd[i];
+      const T mg = cpu::lane_sum<T>(C, [&](std::int64_t c) { return gi[c] * w[c]; }) / T(C);
+      const T mgx = cpu::lane_sum<T>(C, [&](std::int64_t c) { return gi[c] * w[c] * ((xi[c] - mu) * r); }) / T(C);
+      T* di = dx + i * C;
+      for (std::int64_t c = 0; c < C; ++c) di[c] = r * (gi[c] * w[c] - mg - (xi[c] - mu) * r * mgx);
+    });
+    cpu::column_reduce(dw, N, C, [&](std::int64_t i, std::int64_t c) {
+      return dy[i * C + c] * ((x[i * C + c] - mean[i]) * rstd[i]);
+    });
+    if (db) bias_backward(db, dy, N, C);
+  }
   // RoPE tables (max_seq, D/2) for the model's positions.
   template <class T>
   static void rope_table(T* cosv, T* sinv, std::int64_t Tn, std::int64_t dk, double base) {

@@ -1,0 +1,12 @@
+// train-<variant> for the GPT-2 block and nGPT on its shapes (or normlab's gpt / ngpt, the table's
+// anchors): normlab's driver instantiated on a tag from gpt2.hpp. CMake
+// compiles this file once per variant with MY_TRAIN_VARIANT set.
+#include <normlab/train/driver.hpp>
+
+#include "gpt2.hpp"
+
+#ifndef MY_TRAIN_VARIANT
+#error "compile with -DMY_TRAIN_VARIANT=<variant type>"
+#endif
+
+int main(int argc, char** argv) { return normlab::train_main<MY_TRAIN_VARIANT>(argc, argv); }
