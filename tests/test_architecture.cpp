@@ -536,3 +536,34 @@ TEST_CASE("architecture: positions that cannot work are refused naming the field
   CHECK(parse_positions("none", p));
   CHECK(p == Positions::none);
 }
+
+TEST_CASE("architecture: a bias through a GEMM on a column of ones (the fallback) equals the CPU's add_bias",
+          "[architecture]") {
+  // The model's fallback for a backend without add_bias/bias_backward is
+  // linear_forward/linear_backward with K = 1 against ones; on the CPU both exist,
+  // so they must agree: forward exactly (y + 1·b is one rounding either way),
+  // the bias gradient to 1e-12 (column sums in another order, float64).
+  const std::int64_t N = 37, M = 19;
+  std::vector<double> y(N * M), b(M), dy(N * M), ones(N, 1.0);
+  for (std::int64_t i = 0; i < N * M; ++i) {
+    y[i] = std::sin(0.37 * double(i));
+    dy[i] = std::cos(0.11 * double(i) + 0.5);
+  }
+  for (std::int64_t j = 0; j < M; ++j) b[j] = 0.1 * double(j) - 0.7;
+  std::vector<double> fused = y, gemm = y;
+  cpu_backend::add_bias(fused.data(), b.data(), N, M);
+  cpu_backend::linear_forward(gemm.data(), static_cast<const double*>(ones.data()), b.data(), N, 1, M, true, 1.0);
+  CHECK(fused == gemm);
+  for (std::int64_t i = 0; i < N; ++i)
+    for (std::int64_t j = 0; j < M; ++j) CHECK(fused[i * M + j] == y[i * M + j] + b[j]);
+  std::vector<double> db_fused(M, 0.5), db_gemm(M, 0.5);  // both accumulate into the gradient
+  cpu_backend::bias_backward(db_fused.data(), dy.data(), N, M);
+  cpu_backend::linear_backward(static_cast<double*>(nullptr), db_gemm.data(), dy.data(),
+                               static_cast<const double*>(ones.data()), b.data(), N, 1, M, 1.0);
+  for (std::int64_t j = 0; j < M; ++j) {
+    double ref = 0.5;
+    for (std::int64_t i = 0; i < N; ++i) ref += dy[i * M + j];
+    CHECK(std::abs(db_fused[j] - ref) <= 1e-12);
+    CHECK(std::abs(db_gemm[j] - ref) <= 1e-12);
+  }
+}
