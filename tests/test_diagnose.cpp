@@ -296,6 +296,43 @@ TEST_CASE("diagnose: GPT embedding norms spread, post-hoc normalization removes 
   CHECK_THAT(diag::format_table(r), Contains("W_fc_gate") && Contains("rmsnorm_f.weight"));
 }
 
+namespace {
+struct plain_mlp_scheme : prenorm_rms {
+  static constexpr std::string_view name = "plain_mlp";
+  using mlp_activation = relu2;
+};
+}  // namespace
+
+TEST_CASE("diagnose: a checkpoint of another shape (grouped kv heads, window, learned positions, biases) is read whole") {
+  ScratchDir tmp;
+  ModelConfig c = tiny_config();
+  c.n_kv_heads = c.n_head / 2;
+  c.attn_window = 4;
+  c.d_ff = 48;
+  c.positions = Positions::learned;
+  c.n_positions = 16;
+  c.bias = true;
+  GPT<double> model(c, 1, 16);
+  model.init(3);
+  const fs::path file = tmp.path / "gpt_shapes.safetensors";
+  save(file, model, {{"run.seq", "16"}});
+  const diag::Report r = diag::diagnose_checkpoint(file);
+  CHECK(r.variant == "gpt");
+  CHECK(r.wte.row_norms.spread() > 0);  // the weights were loaded (a classic model would have been refused)
+  for (const diag::MatrixReport& m : r.matrices) {
+    INFO(m.type << " " << m.tensor);
+    if (m.type == "W_k") CHECK(m.rows == c.kv_dim());
+    if (m.type == "W_fc_u") CHECK(m.rows == 48);  // d_ff, not 4C
+  }
+  // A plain (ungated) MLP has no gate half to report.
+  Transformer<double, plain_mlp_scheme, residual_add> p(c, 1, 16);
+  p.init(3);
+  const diag::Report rp = diag::diagnose(p);
+  CHECK(std::none_of(rp.matrices.begin(), rp.matrices.end(), [](const diag::MatrixReport& m) { return m.type == "W_fc_gate"; }));
+  CHECK(std::count_if(rp.matrices.begin(), rp.matrices.end(), [](const diag::MatrixReport& m) { return m.type == "W_fc_u"; }) ==
+        c.n_layer);
+}
+
 TEST_CASE("diagnose: hidden-state norms and attention entropy on data") {
   const data::TokenData td = data::make_synthetic(20000, 4000, 1);
   ModelConfig c = tiny_config();

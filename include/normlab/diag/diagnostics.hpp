@@ -423,7 +423,7 @@ Report diagnose(Model& model, const DiagnoseOptions& opt = {}, const data::Token
   r.base_scale = c.base_scale;
   r.post_hoc_normalized = opt.post_hoc_normalize;
 
-  const std::int64_t F = 4 * c.n_embd;
+  const std::int64_t F = c.ff_dim();
   for (std::int64_t l = 0; l < c.n_layer; ++l) {
     const std::string p = "transformer.h." + std::to_string(l) + ".";
     auto add = [&](const char* type, const std::string& tensor, std::int64_t row0 = 0, std::int64_t nrows = -1) {
@@ -434,7 +434,8 @@ Report diagnose(Model& model, const DiagnoseOptions& opt = {}, const data::Token
     add("W_v", p + "value.weight");
     add("W_o", p + "att_c_proj.weight");
     add("W_fc_u", p + "c_fc.weight", 0, F);
-    add("W_fc_gate", p + "c_fc.weight", F, F);
+    // A gated MLP's c_fc is [u | gate] (2F rows); a plain one has only u (F rows).
+    if (store.spec(p + "c_fc.weight").shape.at(0) == 2 * F) add("W_fc_gate", p + "c_fc.weight", F, F);
     add("W_proj", p + "mlp_c_proj.weight");
   }
   r.wte = detail::embedding_report("transformer.wte.weight", param_matrix(store, "transformer.wte.weight"));
@@ -548,6 +549,15 @@ inline Report diagnose_checkpoint(const std::filesystem::path& path, const Diagn
     mc.n_embd = detail::meta_int(f, "n_embd", 1, std::int64_t(1) << 16);
     mc.n_head = detail::meta_int(f, "n_head", 1, mc.n_embd);
     mc.n_layer = detail::meta_int(f, "n_layer", 1, 4096);
+    // The attention's and the MLP's shapes, positions and biases (absent in older
+    // checkpoints: the classic model).
+    if (meta.count("n_kv_heads")) mc.n_kv_heads = detail::meta_int(f, "n_kv_heads", 1, mc.n_head);
+    if (meta.count("d_ff")) mc.d_ff = detail::meta_int(f, "d_ff", 1, std::int64_t(1) << 20);
+    if (meta.count("attn_window")) mc.attn_window = detail::meta_int(f, "attn_window", 0, std::int64_t(1) << 20);
+    if (meta.count("n_positions")) mc.n_positions = detail::meta_int(f, "n_positions", 0, std::int64_t(1) << 20);
+    if (meta.count("bias")) mc.bias = detail::meta_int(f, "bias", 0, 1) != 0;
+    if (meta.count("positions") && !parse_positions(meta.at("positions"), mc.positions))
+      fail("positions '" + meta.at("positions") + "' is none of rope, none, learned");
     // Every real-valued config field the checkpoint records (load_checkpoint
     // refuses a model built with other values).
     // base_scale and rmsnorm_eps must also be positive (they divide).
