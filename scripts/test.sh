@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command: installs what is missing, builds everything, runs every test.
 #   bash scripts/test.sh            (BUILD_DIR=build by default)
-# CTEST_JUNIT=FILE also writes CTest's JUnit report there (.ci/run counts it).
+# CTEST_JUNIT=FILE also writes CTest's JUnit report there (.ci/run counts it);
+# NORMLAB_CTEST_ARGS adds ctest arguments (e.g. -LE example).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
@@ -13,4 +14,5 @@ cmake --build "$BUILD_DIR" -j 2
 # two OpenMP programs sharing two cores slow each other down many times over.
 junit=()
 [ -z "${CTEST_JUNIT:-}" ] || junit=(--output-junit "$CTEST_JUNIT")
-ctest --test-dir "$BUILD_DIR" --output-on-failure -j 1 "${junit[@]}"
+# shellcheck disable=SC2086  # NORMLAB_CTEST_ARGS is a list of words
+ctest --test-dir "$BUILD_DIR" --output-on-failure -j 1 "${junit[@]}" ${NORMLAB_CTEST_ARGS:-}
