@@ -11,8 +11,15 @@
 //   BM_CeilingPair/<v>/..  one variant's step and OpenBLAS's SGEMM 1024³ alternated
 //   BM_<kernel>           per-kernel figures (GB/s or GFLOP/s)
 //
+//   BM_CeilingPair/open_<shape>/..  the same for the open block's shapes
+//                          (grouped kv heads, a window, plain MLPs) at the
+//                          reference config
+//
 // FLOPs per token of a step = 6 × (weights in matrix products, LM head
-// included, embedding lookup excluded) + 6 × layers × T × d  (docs/perf.md).
+// included, embedding lookup excluded) + 6 × layers × T × d  (docs/perf.md);
+// with a window W the attention term is 12 × layers × d × (the keys a query
+// sees on average, Σ_t min(t+1, W) / T), which is the T/2 of the line above
+// when W ≥ T.
 #include <benchmark/benchmark.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -55,6 +62,7 @@ double matmul_weights(const Model& m) {
 struct StepConfig {
   std::int64_t d, layers, heads, T, B, V;
   int threads = 0;  // 0: OpenMP's default (all cores)
+  std::int64_t kv_heads = 0, window = 0;  // ModelConfig's n_kv_heads and attn_window (0: the classic block)
 };
 constexpr StepConfig kReference{256, 4, 4, 256, 8, 256};
 constexpr StepConfig kLarger{512, 6, 8, 512, 4, 256};
@@ -87,6 +95,8 @@ struct StepRig {
     mc.n_embd = c.d;
     mc.n_head = c.heads;
     mc.n_layer = c.layers;
+    mc.n_kv_heads = c.kv_heads;
+    mc.attn_window = c.window;
     return mc;
   }
   static auto optimizer_config() {
@@ -116,7 +126,10 @@ struct StepRig {
   }
   float step() { return train_step(model, opt, idx.data(), tgt.data(), c.B, c.T, 1e-3, 1.0).loss; }
   double flops_per_token() const {
-    return 6.0 * matmul_weights(model) + 6.0 * double(c.layers * c.T * c.d);
+    if (c.window <= 0 || c.window >= c.T) return 6.0 * matmul_weights(model) + 6.0 * double(c.layers * c.T * c.d);
+    double keys = 0;  // Σ_t min(t+1, W): the keys every query sees, summed
+    for (std::int64_t t = 0; t < c.T; ++t) keys += double(std::min(t + 1, c.window));
+    return 6.0 * matmul_weights(model) + 12.0 * double(c.layers * c.d) * keys / double(c.T);
   }
 };
 
@@ -325,6 +338,48 @@ void register_steps() {
   add("larger", kLarger);
   add("long", kLong);
   add("reference_1thread", kReferenceOneThread);  // the thread-scaling figure
+}
+
+// The open block's built-in shapes, each a change of one thing from GPT+
+// (gpt_qknorm) or GPT at the reference config, for the ceiling bar.
+struct qknorm_relu2 : prenorm_rms_qknorm {
+  static constexpr std::string_view name = "qknorm_relu2";
+  using mlp_activation = relu2;
+};
+struct prenorm_gelu_tanh : prenorm_rms {
+  static constexpr std::string_view name = "prenorm_gelu_tanh";
+  using mlp_activation = gelu_tanh;
+};
+#define NORMLAB_BENCH_SHAPE(NAME, SCHEME)              \
+  struct NAME {                                         \
+    static constexpr std::string_view name = #NAME;     \
+    template <class T>                                  \
+    using model = Transformer<T, SCHEME, residual_add>; \
+  };
+NORMLAB_BENCH_SHAPE(open_gqa, prenorm_rms_qknorm)       // 4 query heads over 2 kv heads
+NORMLAB_BENCH_SHAPE(open_window, prenorm_rms_qknorm)    // a causal window of 64 at T = 256
+NORMLAB_BENCH_SHAPE(open_relu2, qknorm_relu2)           // a plain ReLU² MLP of width 4C
+NORMLAB_BENCH_SHAPE(open_gelu_tanh, prenorm_gelu_tanh)  // GPT-2's plain GELU (tanh) MLP of width 4C
+#undef NORMLAB_BENCH_SHAPE
+
+template <class Tag>
+void register_open_shape([[maybe_unused]] StepConfig c) {
+#ifdef NORMLAB_HAVE_OPENBLAS
+  benchmark::RegisterBenchmark(("BM_CeilingPair/" + std::string(Tag::name) + "/reference").c_str(),
+                               BM_CeilingPair<Tag>, c)
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime()
+      ->Iterations(g_quick ? 1 : 10);
+#endif
+}
+void register_open_shapes() {
+  StepConfig gqa = kReference, window = kReference;
+  gqa.kv_heads = 2;
+  window.window = 64;
+  register_open_shape<open_gqa>(gqa);
+  register_open_shape<open_window>(window);
+  register_open_shape<open_relu2>(kReference);
+  register_open_shape<open_gelu_tanh>(kReference);
 }
 
 // ---------------------------------------------------------------- ceiling and kernels
@@ -589,6 +644,7 @@ int main(int argc, char** argv) {
       break;
     }
   std::apply([](auto... tags) { (register_steps<decltype(tags)>(), ...); }, all_variants{});
+  register_open_shapes();
   // ngpt/gpt and angpt/gpt, issue 18's overhead bars, step-interleaved (BM_StepPair).
   auto pair = [](const char* name, auto fn) {
     auto* b = benchmark::RegisterBenchmark(name, fn, kReference)->Unit(benchmark::kMillisecond)->UseRealTime();

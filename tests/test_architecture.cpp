@@ -74,6 +74,24 @@ ModelConfig modern_config() {
   return c;
 }
 
+// The worst |logit| difference between decoding T tokens one at a time with the
+// KV cache and one full forward over them.
+template <class Model>
+double decode_vs_forward(ModelConfig c, std::int64_t T) {
+  Model m(c, 1, T);
+  m.init(9);
+  const auto idx = tokens(T, c.vocab_size, 4);
+  m.forward(idx.data(), nullptr, 1, T);
+  const std::vector<double> full(m.logits(), m.logits() + T * c.vocab_size);
+  auto cache = m.make_kv_cache();
+  double worst = 0;
+  for (std::int64_t t = 0; t < T; ++t) {
+    const double* row = m.decode_step(idx[t], cache);
+    for (std::int64_t v = 0; v < c.vocab_size; ++v) worst = std::max(worst, std::abs(row[v] - full[t * c.vocab_size + v]));
+  }
+  return worst;
+}
+
 }  // namespace
 
 TEST_CASE("architecture: float64 gradients of grouped kv heads, a window, d_ff and plain MLPs at T > window",
@@ -124,21 +142,9 @@ TEST_CASE("architecture: parameters follow the shapes, none dead", "[architectur
 }
 
 TEST_CASE("architecture: decoding with the KV cache equals the full forward past the window", "[architecture][decode]") {
-  const ModelConfig c = modern_config();
-  const std::int64_t T = 11;  // > window 4: the decode's window slides
-  Transformer<double, qknorm_relu2, residual_add> m(c, 1, T);
-  m.init(9);
-  const auto idx = tokens(T, c.vocab_size, 4);
-  m.forward(idx.data(), nullptr, 1, T);
-  const std::vector<double> full(m.logits(), m.logits() + T * c.vocab_size);
-  auto cache = m.make_kv_cache();
-  double worst = 0;
-  for (std::int64_t t = 0; t < T; ++t) {
-    const double* row = m.decode_step(idx[t], cache);
-    for (std::int64_t v = 0; v < c.vocab_size; ++v) worst = std::max(worst, std::abs(row[v] - full[t * c.vocab_size + v]));
-  }
-  // float64, the same arithmetic in another order: a few ulps of O(1) logits.
-  CHECK(worst <= 1e-12);
+  // T = 11 > window 4: the decode's window slides. float64, the same arithmetic
+  // in another order: a few ulps of O(1) logits.
+  CHECK(decode_vs_forward<Transformer<double, qknorm_relu2, residual_add>>(modern_config(), 11) <= 1e-12);
 }
 
 TEST_CASE("architecture: the window masks exactly the keys before t-W+1 (against a dense reference)",
@@ -190,6 +196,90 @@ TEST_CASE("architecture: the window masks exactly the keys before t-W+1 (against
   }
   CHECK(off == 0);
   CHECK(row_err <= 1e-13);
+}
+
+TEST_CASE("architecture: float32 windowed attention (the AVX-512 kernel where built) equals the float64 oracle",
+          "[architecture][attention]") {
+  // T = 150 spans three 64-row blocks, the last partial; the windows cover one
+  // key (W = 1), less than a block, exactly a block, more than a block, and
+  // T − 1 (one position masked in the last rows).
+  const std::int64_t B = 2, T = 150, H = 2, D = 16, C = H * D;
+  const std::size_t n = std::size_t(B * T * C);
+  std::vector<double> q(n), k(n), v(n), dy(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    q[i] = std::sin(0.37 * double(i));
+    k[i] = std::cos(0.11 * double(i) + 1);
+    v[i] = std::sin(0.05 * double(i) + 2);
+    dy[i] = std::cos(0.23 * double(i) + 3);
+  }
+  auto as_float = [](const std::vector<double>& x) { return std::vector<float>(x.begin(), x.end()); };
+  const std::vector<float> qf = as_float(q), kf = as_float(k), vf = as_float(v), dyf = as_float(dy);
+  // The worst difference over a tensor, relative to its largest reference entry
+  // or to 1, whichever is larger: the inputs are O(1), and with W = 1 (one key,
+  // P = 1, dS = dY·v − dY·y = 0) dq and dk are zero in exact arithmetic, so
+  // they are held to the same absolute bound.
+  auto rel = [](const std::vector<float>& got, const std::vector<double>& want) {
+    double worst = 0, big = 1;
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      worst = std::max(worst, std::abs(double(got[i]) - want[i]));
+      big = std::max(big, std::abs(want[i]));
+    }
+    return worst / big;
+  };
+  for (std::int64_t W : {1, 37, 64, 100, 149}) {
+    CAPTURE(W);
+    const double scale = 1 / std::sqrt(double(D));
+    std::vector<double> y(n), lse(std::size_t(B * H * T)), dq(n), dk(n), dv(n);
+    cpu::attention_forward(y.data(), lse.data(), q.data(), k.data(), v.data(), B, T, H, D, scale, W);
+    cpu::attention_backward(dq.data(), dk.data(), dv.data(), dy.data(), y.data(), lse.data(), q.data(), k.data(),
+                            v.data(), B, T, H, D, scale, W);
+    std::vector<float> yf(n), lsef(lse.size()), dqf(n), dkf(n), dvf(n);
+    cpu::attention_forward(yf.data(), lsef.data(), qf.data(), kf.data(), vf.data(), B, T, H, D, float(scale), W);
+    cpu::attention_backward(dqf.data(), dkf.data(), dvf.data(), dyf.data(), yf.data(), lsef.data(), qf.data(),
+                            kf.data(), vf.data(), B, T, H, D, float(scale), W);
+    // float32 sums of at most max(W, D) ≤ 150 terms of O(1) values carry a
+    // relative error below γ_n = n·u ≈ 150 × 6e-8 ≈ 9e-6 of the sum of their
+    // magnitudes (and backward's sums of sums stay within twice that); 2e-5 is
+    // that bound, not a fit. A mask that kept or dropped one key moves the
+    // output by ~1/W ≥ 7e-3.
+    CHECK(rel(yf, y) <= 2e-5);
+    CHECK(rel(lsef, lse) <= 2e-5);
+    CHECK(rel(dqf, dq) <= 2e-5);
+    CHECK(rel(dkf, dk) <= 2e-5);
+    CHECK(rel(dvf, dv) <= 2e-5);
+  }
+}
+
+TEST_CASE("architecture: the plain activations in float32 (vectorized) equal the float64 formulas",
+          "[architecture][mlp]") {
+  // u over [-8, 8] (GELU's tails and its bend), n not a multiple of the
+  // 4096-value chunks nor of a vector.
+  const std::int64_t n = 2 * 4096 + 37;
+  std::vector<double> u(n), d(n), y(n), g(n);
+  for (std::int64_t i = 0; i < n; ++i) {
+    u[std::size_t(i)] = -8.0 + 16.0 * double(i) / double(n - 1);
+    d[std::size_t(i)] = std::cos(0.01 * double(i));
+  }
+  const std::vector<float> uf(u.begin(), u.end()), df(d.begin(), d.end());
+  std::vector<float> yf(n), gf(n);
+  for (Pointwise fn : {Pointwise::relu2, Pointwise::gelu_tanh, Pointwise::gelu_erf}) {
+    CAPTURE(int(fn));
+    cpu::pointwise_forward(fn, y.data(), u.data(), n);
+    cpu::pointwise_backward(fn, g.data(), d.data(), u.data(), n);
+    cpu::pointwise_forward(fn, yf.data(), uf.data(), n);
+    cpu::pointwise_backward(fn, gf.data(), df.data(), uf.data(), n);
+    double worst_y = 0, worst_g = 0;
+    for (std::size_t i = 0; i < u.size(); ++i) {
+      // A few float32 ulps of the largest term of each formula: relu² and its
+      // derivative scale with u² and u, GELU's with u (1 + tanh(·) cancels to
+      // ~1 ulp of 1 in the left tail, times 0.5·u).
+      const double scale = std::max(1.0, u[i] * u[i]);
+      worst_y = std::max(worst_y, std::abs(double(yf[i]) - y[i]) / scale);
+      worst_g = std::max(worst_g, std::abs(double(gf[i]) - g[i]) / scale);
+    }
+    CHECK(worst_y <= 1e-6);  // ~16 ulps of float32 at the term's scale
+    CHECK(worst_g <= 1e-6);
+  }
 }
 
 TEST_CASE("architecture: a window of at least T is full causal attention, bit for bit (float32)", "[architecture]") {
@@ -355,22 +445,6 @@ GradcheckShape gpt2_shape(Positions p, bool bias) {
   s.config.bias = bias;
   s.seq = 7;
   return s;
-}
-
-template <class Model>
-double decode_vs_forward(ModelConfig c, std::int64_t T) {
-  Model m(c, 1, T);
-  m.init(9);
-  const auto idx = tokens(T, c.vocab_size, 4);
-  m.forward(idx.data(), nullptr, 1, T);
-  const std::vector<double> full(m.logits(), m.logits() + T * c.vocab_size);
-  auto cache = m.make_kv_cache();
-  double worst = 0;
-  for (std::int64_t t = 0; t < T; ++t) {
-    const double* row = m.decode_step(idx[t], cache);
-    for (std::int64_t v = 0; v < c.vocab_size; ++v) worst = std::max(worst, std::abs(row[v] - full[t * c.vocab_size + v]));
-  }
-  return worst;
 }
 
 }  // namespace

@@ -12,9 +12,13 @@
 // only the probabilities P and dS, new for each block pair, are packed. Generic
 // small GEMMs (OpenBLAS's) spent ~40% of attention's time re-packing K and V.
 //
+// A causal sliding window (query t sees keys t−W+1 … t) skips the key blocks
+// wholly before a query block's windows and masks the rest row by row.
+//
 // Serial: the caller (cpu::attention_*) runs heads in parallel and owns the
 // scratch, so the bits do not depend on the thread count. The float64 path
 // (the oracle) keeps the generic code.
+#include "normlab/backend/cpu/attention_window.hpp"
 #include "normlab/backend/cpu/sgemm_avx512.hpp"
 
 #if defined(NORMLAB_HAVE_SGEMM_AVX512)
@@ -127,9 +131,12 @@ inline std::int64_t attention_forward_scratch(std::int64_t Tn, std::int64_t dk) 
 }
 
 // y, lse of one head: q, k, v, y point at the head's first row (row stride C);
-// lse at the head's T entries.
+// lse at the head's T entries. window > 0: query t sees keys t−W+1 … t only;
+// the scores left of a row's window are zeroed like those right of the
+// diagonal, so the block products keep their shapes and add exact zeros.
 inline void attention_head_forward(float* y, float* lse, const float* q, const float* k, const float* v,
-                                   std::int64_t Tn, std::int64_t C, std::int64_t dk, float scale, float* scratch) {
+                                   std::int64_t Tn, std::int64_t C, std::int64_t dk, float scale, float* scratch,
+                                   std::int64_t window = 0) {
   using detail::Row;
   constexpr std::int64_t Bk = kBlock;
   const detail::ForwardScratch w(scratch, Tn, dk);
@@ -142,14 +149,20 @@ inline void attention_head_forward(float* y, float* lse, const float* q, const f
     std::fill_n(O, nq * dk, 0.0f);
     std::fill_n(m, nq, -std::numeric_limits<float>::infinity());
     std::fill_n(l, nq, 0.0f);
-    for (std::int64_t j0 = 0; j0 < i0 + nq; j0 += Bk) {
+    for (std::int64_t j0 = window_first_block(i0, window, Bk); j0 < i0 + nq; j0 += Bk) {
       const std::int64_t nk = std::min({Bk, Tn - j0, i0 + nq - j0});
       const bool diagonal = j0 == i0;
       detail::score_product(nq, nk, dk, Qa, Kc + j0 * dk, dk, S, Bk, scale, diagonal);
       // The online softmax exactly as the generic path writes it (Eigen's vectorized exp).
       for (std::int64_t r = 0; r < nq; ++r) {
         const std::int64_t ncol = std::min(nk, i0 + r - j0 + 1);  // keys ≤ this query (≥ 1: j0 ≤ i0)
-        Row row(S + r * Bk, ncol);
+        const std::int64_t lo = std::max<std::int64_t>(0, window_first_key(i0 + r, window) - j0);
+        if (lo >= ncol) {  // the whole block lies before this query's window
+          std::fill_n(S + r * Bk, nk, 0.0f);
+          continue;
+        }
+        std::fill_n(S + r * Bk, lo, 0.0f);
+        Row row(S + r * Bk + lo, ncol - lo);
         const float mx = std::max(m[r], row.maxCoeff());
         // exp(m − mx), without a libm call where its value is known: 0 on the
         // first block (m = −∞), 1 when the maximum stayed (a scalar expf per row
@@ -206,9 +219,11 @@ inline std::int64_t attention_backward_scratch(std::int64_t Tn, std::int64_t dk)
 // dq, dk, dv of one head, written into rows of stride C; D: the head's
 // rowsum(dY ⊙ Y), T entries. With P recomputed from lse:
 // dS = scale·P ⊙ (dY Vᵀ − D); dq += dS K; dk += dSᵀ Q; dv += Pᵀ dY.
+// window as in the forward.
 inline void attention_head_backward(float* dq, float* dk_, float* dv, const float* dy, const float* D,
                                     const float* lse, const float* q, const float* k, const float* v, std::int64_t Tn,
-                                    std::int64_t C, std::int64_t dk, float scale, float* scratch) {
+                                    std::int64_t C, std::int64_t dk, float scale, float* scratch,
+                                    std::int64_t window = 0) {
   using detail::Row;
   constexpr std::int64_t Bk = kBlock;
   const detail::BackwardScratch w(scratch, Tn, dk);
@@ -223,14 +238,18 @@ inline void attention_head_backward(float* dq, float* dk_, float* dv, const floa
     detail::pack_a<true, kAttnMR>(Ya, dy, C, i0, nq, 0, dk);
     detail::pack_b<true>(Qr, q, C, i0, nq, 0, dk);
     detail::pack_b<true>(Yr, dy, C, i0, nq, 0, dk);
-    for (std::int64_t j0 = 0; j0 < i0 + nq; j0 += Bk) {
+    const std::int64_t j_first = window_first_block(i0, window, Bk);
+    for (std::int64_t j0 = j_first; j0 < i0 + nq; j0 += Bk) {
       const std::int64_t nk = std::min({Bk, Tn - j0, i0 + nq - j0});
       const bool diagonal = j0 == i0;
       detail::score_product(nq, nk, dk, Qa, Kc + j0 * dk, dk, P, Bk, scale, diagonal);
       detail::score_product(nq, nk, dk, Ya, Vc + j0 * dk, dk, dS, Bk, 1.0f, diagonal);
       for (std::int64_t r = 0; r < nq; ++r) {
         const std::int64_t ncol = std::min(nk, i0 + r - j0 + 1);
-        Row p(P + r * Bk, ncol), ds(dS + r * Bk, ncol);
+        const std::int64_t lo = std::min(ncol, std::max<std::int64_t>(0, window_first_key(i0 + r, window) - j0));
+        std::fill_n(P + r * Bk, lo, 0.0f);
+        std::fill_n(dS + r * Bk, lo, 0.0f);
+        Row p(P + r * Bk + lo, ncol - lo), ds(dS + r * Bk + lo, ncol - lo);
         p = (p - lse[i0 + r]).exp();
         ds = scale * p * (ds - D[i0 + r]);
         std::fill(P + r * Bk + ncol, P + r * Bk + nk, 0.0f);
@@ -240,9 +259,10 @@ inline void attention_head_backward(float* dq, float* dk_, float* dv, const floa
       detail::pack_a<true, kAttnMR>(dSa, dS, Bk, 0, nq, 0, nk);
       detail::pack_a<false, kAttnMR>(dSt, dS, Bk, 0, nk, 0, nq);
       // Each output row block is written by its first product and added to by the
-      // rest: dq's block i0 first meets key block 0, and key block j0 first meets
-      // query block j0 (its diagonal), so nothing is zeroed beforehand.
-      const bool add_dkv = !diagonal, add_dq = j0 > 0;
+      // rest: dq's block i0 first meets key block j_first (0 without a window),
+      // and key block j0 first meets query block j0 (its diagonal: every query
+      // block visits its own), so nothing is zeroed beforehand.
+      const bool add_dkv = !diagonal, add_dq = j0 > j_first;
       detail::upper_product(nk, dk, nq, Pt, Yr, nq, dv + j0 * C, C, add_dkv, diagonal);
       detail::lower_product(nq, dk, nk, dSa, Kr + j0 * kNR, Tn, dq + i0 * C, C, add_dq, diagonal);
       detail::upper_product(nk, dk, nq, dSt, Qr, nq, dk_ + j0 * C, C, add_dkv, diagonal);

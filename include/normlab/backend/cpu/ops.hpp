@@ -30,6 +30,7 @@ static_assert(EIGEN_VERSION_AT_LEAST(3, 4, 0),
 #include <vector>
 
 #include "normlab/backend/cpu/attention_avx512.hpp"
+#include "normlab/backend/cpu/attention_window.hpp"
 #include "normlab/backend/cpu/sgemm_avx512.hpp"
 #include "normlab/core/aligned.hpp"
 #include "normlab/core/pointwise.hpp"
@@ -647,20 +648,9 @@ void rope_l2norm_scale_backward(T* dx, T* ds, const T* xh, const T* norm, const 
 // Backward recomputes each score block from q, k and lse.
 inline constexpr std::int64_t kAttnBlock = 64;
 
-// The first key a query at position t sees under a causal window of W
-// positions (0: no window, every key ≤ t), and the block a query block starting
-// at i0 starts its key loop from.
-inline std::int64_t window_first_key(std::int64_t t, std::int64_t window) {
-  return window > 0 ? std::max<std::int64_t>(0, t - window + 1) : 0;
-}
-inline std::int64_t window_first_block(std::int64_t i0, std::int64_t window, std::int64_t Bk) {
-  return window_first_key(i0, window) / Bk * Bk;
-}
-
-// window > 0: causal sliding window, query t attends to keys t−W+1 … t. A
-// window of at least T masks nothing more than causality (the AVX-512 path);
-// a shorter one runs on the generic blocked path, skipping key blocks wholly
-// before the window.
+// window > 0: causal sliding window, query t attends to keys t−W+1 … t; both
+// paths skip key blocks wholly before a query block's windows. A window of at
+// least T masks nothing more than causality and runs as no window.
 template <class T>
 void attention_forward(T* y, T* lse, const T* q, const T* k, const T* v, std::int64_t B, std::int64_t Tn,
                        std::int64_t H, std::int64_t dk, T scale, std::int64_t window = 0) {
@@ -668,13 +658,14 @@ void attention_forward(T* y, T* lse, const T* q, const T* k, const T* v, std::in
   const std::int64_t C = H * dk;
   if (window >= Tn) window = 0;
 #if defined(NORMLAB_HAVE_ATTENTION_AVX512)
-  if constexpr (std::is_same_v<T, float>) if (window == 0) {
+  if constexpr (std::is_same_v<T, float>) {
     static_assert(avx512::kBlock == kAttnBlock);
     parallel_for(B * H, B * H * Tn * Tn * dk > kParallelGrain, [&](std::int64_t bh) {
       const std::int64_t b = bh / H, hd = bh % H, off = b * Tn * C + hd * dk;
       float* scratch =
           detail::thread_scratch<float, detail::kAttention>(std::size_t(avx512::attention_forward_scratch(Tn, dk)));
-      avx512::attention_head_forward(y + off, lse + bh * Tn, q + off, k + off, v + off, Tn, C, dk, scale, scratch);
+      avx512::attention_head_forward(y + off, lse + bh * Tn, q + off, k + off, v + off, Tn, C, dk, scale, scratch,
+                                     window);
     });
     return;
   }
@@ -739,7 +730,7 @@ void attention_backward(T* dq, T* dk_, T* dv, const T* dy, const T* y, const T* 
     for (std::int64_t t = 0; t < Tn; ++t) D[t] = lane_dot(dy + off + t * C, y + off + t * C, dk);
   };
 #if defined(NORMLAB_HAVE_ATTENTION_AVX512)
-  if constexpr (std::is_same_v<T, float>) if (window == 0) {
+  if constexpr (std::is_same_v<T, float>) {
     parallel_for(B * H, B * H * Tn * Tn * dk > kParallelGrain, [&](std::int64_t bh) {
       const std::int64_t b = bh / H, hd = bh % H, off = b * Tn * C + hd * dk;
       const std::int64_t head = avx512::attention_backward_scratch(Tn, dk);
@@ -747,7 +738,7 @@ void attention_backward(T* dq, T* dk_, T* dv, const T* dy, const T* y, const T* 
       float* D = scratch + head;
       head_rowsums(D, off);
       avx512::attention_head_backward(dq + off, dk_ + off, dv + off, dy + off, D, lse + bh * Tn, q + off, k + off,
-                                      v + off, Tn, C, dk, scale, scratch);
+                                      v + off, Tn, C, dk, scale, scratch, window);
     });
     return;
   }
@@ -896,20 +887,50 @@ inline T pointwise_derivative(Pointwise fn, T u) {
   }
   return T(0);
 }
+// The chunk loops below switch once per chunk, not per value, and write each
+// function as Eigen array expressions, so relu² and GELU (tanh) run on
+// vectors (Eigen's tanh is vectorized for float; for double it calls
+// std::tanh per value, as pointwise_value does). GELU (erf) stays a scalar
+// loop: Eigen's core has no vectorized erf.
 template <class T>
 void pointwise_forward(Pointwise fn, T* act, const T* u, std::int64_t n) {
   constexpr std::int64_t chunk = 4096;
   parallel_for((n + chunk - 1) / chunk, n > kParallelGrain, [&](std::int64_t c) {
-    const std::int64_t e = std::min(n, (c + 1) * chunk);
-    for (std::int64_t i = c * chunk; i < e; ++i) act[i] = pointwise_value(fn, u[i]);
+    const std::int64_t b = c * chunk, m = std::min(n, b + chunk) - b;
+    CArrayRow<T> x(u + b, m);
+    ArrayRow<T> y(act + b, m);
+    switch (fn) {
+      case Pointwise::relu2: y = (x > T(0)).select(x * x, T(0)); break;
+      case Pointwise::gelu_tanh: {
+        const T k = T(0.7978845608028654), a = T(0.044715);  // √(2/π)
+        y = T(0.5) * x * (T(1) + (k * (x + a * x * x * x)).tanh());
+        break;
+      }
+      case Pointwise::gelu_erf:
+        for (std::int64_t i = 0; i < m; ++i) y[i] = pointwise_value(fn, x[i]);
+        break;
+    }
   });
 }
 template <class T>
 void pointwise_backward(Pointwise fn, T* du, const T* dact, const T* u, std::int64_t n) {
   constexpr std::int64_t chunk = 4096;
   parallel_for((n + chunk - 1) / chunk, n > kParallelGrain, [&](std::int64_t c) {
-    const std::int64_t e = std::min(n, (c + 1) * chunk);
-    for (std::int64_t i = c * chunk; i < e; ++i) du[i] = pointwise_derivative(fn, u[i]) * dact[i];
+    const std::int64_t b = c * chunk, m = std::min(n, b + chunk) - b;
+    CArrayRow<T> x(u + b, m), d(dact + b, m);
+    ArrayRow<T> g(du + b, m);
+    switch (fn) {
+      case Pointwise::relu2: g = (x > T(0)).select(T(2) * x, T(0)) * d; break;
+      case Pointwise::gelu_tanh: {
+        const T k = T(0.7978845608028654), a = T(0.044715);
+        g = (k * (x + a * x * x * x)).tanh();  // th, then the derivative over it
+        g = (T(0.5) * (T(1) + g) + T(0.5) * x * (T(1) - g * g) * k * (T(1) + T(3) * a * x * x)) * d;
+        break;
+      }
+      case Pointwise::gelu_erf:
+        for (std::int64_t i = 0; i < m; ++i) g[i] = pointwise_derivative(fn, x[i]) * d[i];
+        break;
+    }
   });
 }
 
