@@ -9,6 +9,9 @@
 //  * every variant against the float64 CPU model from the same parameters: loss,
 //    every gradient, the clipped gradients, and the parameters after two optimizer
 //    steps (AdamW with decay, clipping, the weight constraint), in float32;
+//  * the open block's shapes the same way: GPT-2's (LayerNorm with bias on the
+//    GPU's layernorm kernels, a plain GELU MLP, biases, learned positions) and
+//    a modern one (grouped kv heads, a window shorter than T, ReLU², QK-norm);
 //  * KV-cache decoding on the GPU gives the float64 CPU model's logits;
 //  * two runs with the same seed give bit-identical losses and parameters.
 // Exits 77 (skipped) without a GPU.
@@ -42,6 +45,44 @@ ModelConfig small_config() {
   c.n_layer = 2;
   return c;
 }
+
+// The open block's shapes, as a user's tags would name them (examples/gpt2,
+// examples/modern), with the config each needs.
+struct gpt2_scheme : prenorm_rms {
+  static constexpr std::string_view name = "gpt2";
+  using input_norm = layer_norm;
+  using final_norm = layer_norm;
+  using mlp_activation = gelu_tanh;
+};
+struct modern_scheme : prenorm_rms_qknorm {
+  static constexpr std::string_view name = "modern";
+  using mlp_activation = relu2;
+};
+struct gpt2 {
+  static constexpr std::string_view name = "gpt2";
+  template <class T, class Backend = cpu_backend>
+  using model = Transformer<T, gpt2_scheme, residual_add, Backend>;
+  static ModelConfig config() {
+    ModelConfig c = small_config();
+    c.positions = Positions::learned;
+    c.n_positions = 32;
+    c.bias = true;
+    c.rmsnorm_eps = 1e-5;
+    return c;
+  }
+};
+struct modern {
+  static constexpr std::string_view name = "modern";
+  template <class T, class Backend = cpu_backend>
+  using model = Transformer<T, modern_scheme, residual_add, Backend>;
+  static ModelConfig config() {
+    ModelConfig c = small_config();
+    c.n_kv_heads = 2;
+    c.attn_window = 8;  // < T = 24 of check_against_cpu: the window slides
+    c.d_ff = 96;
+    return c;
+  }
+};
 
 template <class Tag>
 using GpuModel = typename Tag::template model<float, cuda_backend>;
@@ -116,8 +157,7 @@ void start_equal(Cpu& cpu, Gpu& gpu) {
 }
 
 template <class Tag>
-void check_against_cpu(Tally& t, int steps) {
-  const ModelConfig mc = small_config();
+void check_against_cpu(Tally& t, int steps, const ModelConfig& mc = small_config()) {
   const std::int64_t B = 2, T = 24;
   CpuOracle<Tag> cpu(mc, B, T);
   cpu.init(7);
@@ -208,8 +248,7 @@ void check_optimizer_against_cpu(Tally& t, const std::string& name, double tol) 
 // Decoding token by token on the GPU against the float64 CPU model decoding the
 // same prefix from the same parameters (5e-5, as the forward).
 template <class Tag>
-void check_decode(Tally& t) {
-  const ModelConfig mc = small_config();
+void check_decode(Tally& t, const ModelConfig& mc = small_config()) {
   CpuOracle<Tag> cpu(mc, 1, 16);
   cpu.init(11);
   GpuModel<Tag> gpu(mc, 1, 16);
@@ -275,6 +314,8 @@ int main() {
     check_golden<variants::gpt>("gpt_small.safetensors", t);
     check_golden<variants::ngpt>("ngpt_small.safetensors", t);
     std::apply([&](auto... tags) { (check_against_cpu<decltype(tags)>(t, 2), ...); }, all_variants{});
+    check_against_cpu<gpt2>(t, 2, gpt2::config());
+    check_against_cpu<modern>(t, 2, modern::config());
     check_optimizer_against_cpu<variants::gpt>(t, "muon", 5e-4);
     check_optimizer_against_cpu<variants::ngpt>(t, "muon", 5e-4);
     check_optimizer_against_cpu<variants::gpt>(t, "lion", 1e-2);
@@ -282,6 +323,8 @@ int main() {
     check_decode<variants::gpt>(t);
     check_decode<variants::ngpt>(t);
     check_decode<variants::angpt>(t);
+    check_decode<gpt2>(t, gpt2::config());
+    check_decode<modern>(t, modern::config());  // 12 tokens past a window of 8
     check_deterministic<variants::gpt>(t);
     check_deterministic<variants::ngpt>(t);
     check_deterministic<variants::ngpt_slerp>(t);

@@ -225,6 +225,16 @@ struct cuda_backend {
     cuda::k::rmsnorm_backward(cuda::Dtype::f32, dx, dw, dy, x, w, rstd, N, C, false, partial(N, C), stream());
   }
 
+  // ---- LayerNorm with gain and optional bias (b, db null: none)
+  static void layernorm_forward(float* y, float* mean, float* rstd, const float* x, const float* w, const float* b,
+                                std::int64_t N, std::int64_t C, float eps) {
+    cuda::k::layernorm_forward(cuda::Dtype::f32, y, mean, rstd, x, w, b, N, C, eps, stream());
+  }
+  static void layernorm_backward(float* dx, float* dw, float* db, const float* dy, const float* x, const float* w,
+                                 const float* mean, const float* rstd, std::int64_t N, std::int64_t C) {
+    cuda::k::layernorm_backward(cuda::Dtype::f32, dx, dw, db, dy, x, w, mean, rstd, N, C, partial(N, C), stream());
+  }
+
   // ---- RoPE, and the fused RoPE + per-head unit norm + s_qk
   static void rope_apply(float* x, const float* cosv, const float* sinv, std::int64_t B, std::int64_t Tn,
                          std::int64_t H, std::int64_t D, bool inverse, std::int64_t pos0 = 0) {

@@ -112,6 +112,29 @@ void rmsnorm_backward(Dtype dt, void* dx, float* dw, const void* dy, const void*
   });
 }
 
+void layernorm_forward(Dtype dt, void* y, float* mean, float* rstd, const void* x, const float* w, const float* b,
+                       std::int64_t N, std::int64_t C, float eps, cudaStream_t s) {
+  dispatch(dt, [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    dev::layernorm_fwd_kernel<S><<<row_blocks(N), 256, 0, s>>>(NORMLAB_S(y), mean, rstd, NORMLAB_CS(x), w, b, N, C,
+                                                               eps);
+  });
+  NORMLAB_CUDA_CHECK_LAUNCH();
+}
+void layernorm_backward(Dtype dt, void* dx, float* dw, float* db, const void* dy, const void* x, const float* w,
+                        const float* mean, const float* rstd, std::int64_t N, std::int64_t C, float* partial,
+                        cudaStream_t s) {
+  dispatch(dt, [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    dev::layernorm_bwd_kernel<S><<<row_blocks(N), 256, 0, s>>>(NORMLAB_S(dx), NORMLAB_CS(dy), NORMLAB_CS(x), w, mean,
+                                                               rstd, N, C);
+    NORMLAB_CUDA_CHECK_LAUNCH();
+    // One scratch for both reductions: the stream runs them one after the other.
+    dev::colreduce(dw, true, dev::LnDwTerm<S>{NORMLAB_CS(dy), NORMLAB_CS(x), mean, rstd, C}, N, C, partial, s);
+    if (db) dev::colreduce(db, true, dev::RowsTerm<S>{NORMLAB_CS(dy), C}, N, C, partial, s);
+  });
+}
+
 void residual_forward(Dtype dt, ResidualKind kind, void* out, const void* h, const void* f, const float* alpha,
                       ResidualCache c, std::int64_t N, std::int64_t C, cudaStream_t s) {
   dispatch(dt, [&](auto tag) {

@@ -99,6 +99,14 @@ void rmsnorm_backward(Dtype dt, void* dx, float* dw, const void* dy, const void*
                       const float* rstd, std::int64_t N, std::int64_t C, bool accumulate, float* partial,
                       cudaStream_t s);
 
+// ---- LayerNorm: y = (x − μ) r ⊙ w + b, r = 1/√(var + eps); b may be null
+void layernorm_forward(Dtype dt, void* y, float* mean, float* rstd, const void* x, const float* w, const float* b,
+                       std::int64_t N, std::int64_t C, float eps, cudaStream_t s);
+// dx = r (g − mean(g) − x̂ mean(g ⊙ x̂)), g = dy ⊙ w; dw += Σ_rows dy ⊙ x̂; db += Σ_rows dy (db may be null).
+void layernorm_backward(Dtype dt, void* dx, float* dw, float* db, const void* dy, const void* x, const float* w,
+                        const float* mean, const float* rstd, std::int64_t N, std::int64_t C, float* partial,
+                        cudaStream_t s);
+
 // ---- residual rules (nn/residual.hpp): out from h and f; α is the effective step (C).
 // lerp_retract keeps the row norms ‖h‖, ‖f‖, ‖z‖ (N each) for backward; slerp
 // also the angle θ (clamped) and whether the clamp was hit (N each).

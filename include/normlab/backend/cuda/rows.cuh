@@ -142,6 +142,69 @@ struct RmsDwTerm {
   }
 };
 
+// ---------------------------------------------------------------- LayerNorm
+// y = (x − μ) r ⊙ w + b, r = 1/√(mean((x − μ)²) + ε) (b may be null), two
+// passes over the row as the CPU backend's; mean and rstd kept for backward.
+template <class S>
+__global__ void layernorm_fwd_kernel(S* y, float* mean, float* rstd, const S* x, const float* w, const float* b,
+                                     std::int64_t N, std::int64_t C, float eps) {
+  const std::int64_t row = warp_row();
+  const int lane = threadIdx.x % 32;
+  if (row >= N) return;
+  const S* xi = x + row * C;
+  float sum = 0.f;
+  for (std::int64_t c = lane; c < C; c += 32) sum += ld(xi + c);
+  const float mu = warp_sum(sum) / float(C);
+  float ss = 0.f;
+  for (std::int64_t c = lane; c < C; c += 32) {
+    const float d = ld(xi + c) - mu;
+    ss += d * d;
+  }
+  const float r = 1.f / sqrtf(warp_sum(ss) / float(C) + eps);
+  if (lane == 0) {
+    mean[row] = mu;
+    rstd[row] = r;
+  }
+  for (std::int64_t c = lane; c < C; c += 32) st(y + row * C + c, (ld(xi + c) - mu) * r * w[c] + (b ? b[c] : 0.f));
+}
+// With x̂ = (x − μ) r and g = dy ⊙ w: dx = r (g − mean(g) − x̂ mean(g ⊙ x̂)).
+template <class S>
+__global__ void layernorm_bwd_kernel(S* dx, const S* dy, const S* x, const float* w, const float* mean,
+                                     const float* rstd, std::int64_t N, std::int64_t C) {
+  const std::int64_t row = warp_row();
+  const int lane = threadIdx.x % 32;
+  if (row >= N) return;
+  const S* xi = x + row * C;
+  const S* gi = dy + row * C;
+  const float mu = mean[row], r = rstd[row];
+  float sg = 0.f, sgx = 0.f;
+  for (std::int64_t c = lane; c < C; c += 32) {
+    const float g = ld(gi + c) * w[c];
+    sg += g;
+    sgx += g * ((ld(xi + c) - mu) * r);
+  }
+  const float mg = warp_sum(sg) / float(C), mgx = warp_sum(sgx) / float(C);
+  for (std::int64_t c = lane; c < C; c += 32)
+    st(dx + row * C + c, r * (ld(gi + c) * w[c] - mg - (ld(xi + c) - mu) * r * mgx));
+}
+template <class S>
+struct LnDwTerm {  // dy ⊙ x̂
+  const S* dy;
+  const S* x;
+  const float* mean;
+  const float* rstd;
+  std::int64_t L;
+  __device__ float operator()(std::int64_t i, std::int64_t j) const {
+    return ld(dy + i * L + j) * ((ld(x + i * L + j) - mean[i]) * rstd[i]);
+  }
+};
+template <class S>
+struct RowsTerm {  // dy itself: a bias's gradient
+  const S* dy;
+  std::int64_t L;
+  __device__ float operator()(std::int64_t i, std::int64_t j) const { return ld(dy + i * L + j); }
+};
+
 // ---------------------------------------------------------------- residual rules
 __device__ __forceinline__ float nu_of(float a) { return 1.f / sqrtf((1.f - a) * (1.f - a) + a * a); }
 
