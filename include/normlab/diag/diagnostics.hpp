@@ -59,17 +59,17 @@ inline void require_finite(const Eigen::MatrixXd& M, const std::string& what) {
   if (!M.allFinite()) throw Error(what + " has non-finite entries (NaN or inf)");
 }
 
+// The two eigen-solvers (Eigen's BDCSVD and SelfAdjointEigenSolver) are most of
+// this header's compile time at -O3. A program that links normlab_diag
+// (NORMLAB_PREBUILT_DIAG) gets them compiled once (src/diag_spectra.cpp);
+// without it they are inline here, header-only as ever.
+#if defined(NORMLAB_PREBUILT_DIAG) || defined(NORMLAB_DIAG_LIBRARY)
+#define NORMLAB_DIAG_SOLVER
+#else
+#define NORMLAB_DIAG_SOLVER inline
+#endif
 // All min(rows, cols) singular values of M, descending (Eigen::BDCSVD, values only).
-inline Spectrum singular_values(const Eigen::MatrixXd& M) {
-  if (M.size() == 0) throw Error("singular_values: the matrix is empty");
-  require_finite(M, "singular_values: the matrix");
-  Eigen::BDCSVD<Eigen::MatrixXd> svd(M);  // computation options 0: singular values only
-  const Eigen::VectorXd& s = svd.singularValues();
-  Spectrum out;
-  out.values.assign(s.data(), s.data() + s.size());
-  std::sort(out.values.begin(), out.values.end(), std::greater<double>());
-  return out;
-}
+NORMLAB_DIAG_SOLVER Spectrum singular_values(const Eigen::MatrixXd& M);
 
 // σmax / σmin; +inf when σmin is 0 (rank-deficient), NaN for an empty spectrum.
 inline double condition_number(const Spectrum& s) {
@@ -158,7 +158,21 @@ struct CovarianceSpectrum {
   double condition_number = std::nan("");
 };
 
-inline CovarianceSpectrum covariance_spectrum(const Eigen::MatrixXd& X) {
+NORMLAB_DIAG_SOLVER CovarianceSpectrum covariance_spectrum(const Eigen::MatrixXd& X);
+
+#if !defined(NORMLAB_PREBUILT_DIAG) || defined(NORMLAB_DIAG_LIBRARY)
+NORMLAB_DIAG_SOLVER Spectrum singular_values(const Eigen::MatrixXd& M) {
+  if (M.size() == 0) throw Error("singular_values: the matrix is empty");
+  require_finite(M, "singular_values: the matrix");
+  Eigen::BDCSVD<Eigen::MatrixXd> svd(M);  // computation options 0: singular values only
+  const Eigen::VectorXd& s = svd.singularValues();
+  Spectrum out;
+  out.values.assign(s.data(), s.data() + s.size());
+  std::sort(out.values.begin(), out.values.end(), std::greater<double>());
+  return out;
+}
+
+NORMLAB_DIAG_SOLVER CovarianceSpectrum covariance_spectrum(const Eigen::MatrixXd& X) {
   const Eigen::MatrixXd C = covariance(X);
   Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> es(C, Eigen::EigenvaluesOnly);
   if (es.info() != Eigen::Success) throw Error("covariance_spectrum: the eigensolver did not converge");
@@ -170,6 +184,7 @@ inline CovarianceSpectrum covariance_spectrum(const Eigen::MatrixXd& X) {
   out.condition_number = lo > 0 ? hi / lo : std::numeric_limits<double>::infinity();
   return out;
 }
+#endif
 
 // ============================================================== model access
 

@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <string>
 #include <string_view>
@@ -86,41 +87,7 @@ class Transformer {
   using buffer = typename Backend::template vector<T>;
 
   // Counts every buffer first (the constructor memory_plan uses), then allocates.
-  Transformer(ModelConfig cfg, std::int64_t max_batch, std::int64_t max_seq)
-      : Transformer(PlanOnly{}, cfg, max_batch, max_seq, /*allocate_params=*/true) {
-    arena_memory_.assign(plan_.activations / sizeof(T), T(0));
-    arena_ = Arena<T>(arena_memory_.data(), arena_memory_.size());
-    layout(arena_);
-    // The model's own copy of the last batch's tokens: backward() must not read
-    // the caller's arrays, which may have changed since forward().
-    tokens_.assign(static_cast<std::size_t>(2 * maxB_ * maxT_), 0);
-    rope_cos_.assign(static_cast<std::size_t>(maxT_ * cfg_.head_dim() / 2), T(0));
-    rope_sin_.assign(rope_cos_.size(), T(0));
-    Backend::rope_table(rope_cos_.data(), rope_sin_.data(), maxT_, cfg_.head_dim(), cfg_.rope_base);
-    if (cfg_.positions != Positions::rope) {  // no rotation: cos 1, sin 0 make every q/k site's RoPE the identity
-      Backend::fill(rope_cos_.data(), std::int64_t(rope_cos_.size()), T(1));
-      Backend::fill(rope_sin_.data(), std::int64_t(rope_sin_.size()), T(0));
-    }
-    if (!kFusedBias && cfg_.bias) {
-      ones_.assign(static_cast<std::size_t>(maxB_ * maxT_), T(0));
-      Backend::fill(ones_.data(), std::int64_t(ones_.size()), T(1));
-    }
-    attn_factor_ = Factors::attn(cfg_, maxT_);
-    mlp_factor_ = Factors::mlp(cfg_);
-    ctx_.cfg = &cfg_;
-    ctx_.params = &params_;
-    if constexpr (Backend::host_memory) {
-      ctx_.values = params_.value();
-      ctx_.grads = params_.grad();
-    } else {  // the store keeps the host copy (init, checkpoints); the step runs on these
-      live_values_.assign(params_.size(), T(0));
-      live_grads_.assign(params_.size(), T(0));
-      ctx_.values = live_values_.data();
-      ctx_.grads = live_grads_.data();
-    }
-    ctx_.rope_cos = rope_cos_.data();
-    ctx_.rope_sin = rope_sin_.data();
-  }
+  Transformer(ModelConfig cfg, std::int64_t max_batch, std::int64_t max_seq);
 
   // One model owns one arena its pointers point into: a copy would share (and a
   // moved-from object would keep) pointers into another model's buffers.
@@ -181,22 +148,10 @@ class Transformer {
   // normal draws in declaration order from one generator (Box–Muller on
   // mt19937_64, the same numbers on every platform), constants filled; then the
   // scheme's constraint (nGPT fixes and anGPT bounds the norms; both start at 1).
-  void init(std::uint64_t seed) {
-    std::mt19937_64 rng(seed);
-    for (const ParamSpec& s : params_.specs()) {
-      T* p = params_.value(s.offset);
-      if (s.init.kind == ParamInit::Kind::normal) fill_normal(p, s.numel, s.init.value, rng);
-      else std::fill_n(p, s.numel, T(s.init.value));
-    }
-    Constraint::at_init(params_);
-    upload_params();
-  }
+  void init(std::uint64_t seed);
 
   // The scheme's weight constraint on the live parameters (the master copy).
-  void apply_constraint() {
-    if constexpr (Backend::host_memory) Constraint::after_step(params_);
-    else Constraint::template after_step_on<Backend>(params_, ctx_.values);
-  }
+  void apply_constraint();
 
   // The scheme's constant output factors (1 unless it has them), see docs/angpt.md.
   double attn_output_factor() const { return attn_factor_; }
@@ -213,27 +168,7 @@ class Transformer {
 
   // Forward pass over idx (B,T). With targets, returns the mean cross-entropy
   // and keeps everything backward() needs; without, returns 0 (logits only).
-  double forward(const std::int64_t* idx, const std::int64_t* targets, std::int64_t B, std::int64_t Tn) {
-    check_sizes(B, Tn);
-    check_tokens(idx, B * Tn, "token");
-    B_ = B;
-    T_ = Tn;
-    const std::size_t n = static_cast<std::size_t>(B * Tn);
-    std::copy_n(idx, n, tokens_.data());
-    idx_ = tokens_.data();
-    targets_ = nullptr;
-    if (targets) {
-      std::copy_n(targets, n, tokens_.data() + maxB_ * maxT_);
-      targets_ = tokens_.data() + maxB_ * maxT_;
-    }
-    set_sizes(B, Tn, 0);
-    embed(idx, B, Tn, 0);
-    for (std::int64_t l = 0; l < cfg_.n_layer; ++l) layer_forward(l, nullptr);
-    head_forward(B * Tn);
-    if (!targets) return 0.0;
-    check_tokens(targets_, B * Tn, "target");
-    return Backend::cross_entropy(static_cast<T*>(nullptr), logits(), targets_, B * Tn, cfg_.vocab_size);
-  }
+  double forward(const std::int64_t* idx, const std::int64_t* targets, std::int64_t B, std::int64_t Tn);
 
   // Keys and values of every layer for incremental decoding: (L, max_seq, KV) each,
   // keys as attention sees them (after RoPE and the scheme's QK transform); with
@@ -258,93 +193,19 @@ class Transformer {
   }
   // Feeds the next token (at position cache.length) and returns its logits (V).
   // Equal to the last row of a full forward over the same prefix (tested).
-  const T* decode_step(std::int64_t token, KVCache& cache) {
-    if (cache.length >= maxT_)
-      throw Error("Transformer::decode_step: the KV cache is full (" + std::to_string(maxT_) + " positions)");
-    check_tokens(&token, 1, "token");
-    targets_ = nullptr;
-    B_ = 1;
-    T_ = 1;
-    set_sizes(1, 1, cache.length);
-    embed(&token, 1, 1, cache.length);
-    for (std::int64_t l = 0; l < cfg_.n_layer; ++l) layer_forward(l, &cache);
-    ++cache.length;
-    head_forward(1);
-    return logits();
-  }
+  const T* decode_step(std::int64_t token, KVCache& cache);
 
   // Gradients of the mean cross-entropy of the last forward(), written into
   // params().grads() (zeroed first unless `accumulate`, for gradient accumulation).
-  void backward(bool accumulate = false) {
-    backward(accumulate, [](std::size_t) {});
-  }
+  void backward(bool accumulate = false);
   // The same, reporting as it goes down the layers the offset from which
   // params().grads() are final: `ready(from)` means grads[from, size) will not
   // change in this backward (parameters are laid out embedding, layer 0 .. L-1,
   // head, and backward visits them in reverse). Data-parallel training starts
   // each bucket's all-reduce there (dist::GradientSync), overlapping backward.
-  template <class Ready>
-  void backward(bool accumulate, Ready&& ready) {
-    if (!targets_) throw Error("Transformer::backward: the last forward() had no targets");
-    if (!accumulate) zero_grads();
-    const std::int64_t B = B_, Tn = T_, N = B * Tn, C = cfg_.n_embd, F = cfg_.ff_dim(), V = cfg_.vocab_size;
-    const std::int64_t KV = cfg_.kv_dim(), UV = kGated ? 2 * F : F;
-    set_sizes(B, Tn, 0);
-    StepContext<T>& c = ctx_;
-    Backend::cross_entropy(d_logits_, logits(), targets_, N, V);
-    logit_scale_.backward(c, d_logits_, logits_raw_, N, V);
-    // dh: (N,C) gradient of the residual stream, updated in place going down.
-    if constexpr (is_identity_norm<typename Scheme::final_norm>) {
-      Backend::linear_backward(d_h_, G(lm_head_), d_logits_, h_final_, P(lm_head_), N, C, V);
-    } else {
-      Backend::linear_backward(d_x_, G(lm_head_), d_logits_, hf_, P(lm_head_), N, C, V);
-      final_norm_.backward(c, d_h_, d_x_, h_final_, N, C);
-    }
-    ready(head_begin_);
-    for (std::int64_t l = cfg_.n_layer - 1; l >= 0; --l) {
-      LayerActs& a = acts_[l];
-      const LayerOffsets& w = layers_[l];
-      const T* h_out = block_output(l);
-      // ---- MLP: residual, output norm, projection, activation, input projection, input norm
-      a.res_mlp.backward(c, d_h_, d_f_, d_h_, h_out, a.h_mid, a.m, N, C);
-      const T* dm = a.out_mlp.backward(c, d_y_, d_f_, a.m_raw, N, C);
-      bias_grad(w.bproj, dm, N, C);
-      Backend::linear_backward(d_act_, G(w.wproj), dm, a.act, P(w.wproj), N, F, C, T(mlp_factor_));
-      a.activation.backward(c, d_uv_, d_act_, a.uv, N, F);
-      bias_grad(w.bfc, d_uv_, N, UV);
-      Backend::linear_backward(d_x_, G(w.wfc), d_uv_, a.xm, P(w.wfc), N, C, UV);
-      Backend::add_into(d_h_, a.in_mlp.backward(c, d_f_, d_x_, a.h_mid, N, C), N * C);
-      // ---- attention: residual, output norm, projection, attention, q/k, projections, input norm
-      a.res_att.backward(c, d_h_, d_f_, d_h_, a.h_mid, a.h_in, a.a, N, C);
-      const T* da = a.out_att.backward(c, d_x_, d_f_, a.a_raw, N, C);
-      bias_grad(w.bo, da, N, C);
-      Backend::linear_backward(d_y_, G(w.wo), da, a.y, P(w.wo), N, C, C, T(attn_factor_));
-      const auto [keys, values] = attention_kv(a, N);
-      Backend::attention_backward(d_q_, d_k_, d_v_, d_y_, a.y, a.lse, a.qk.qa(), keys, values, B, Tn, cfg_.n_head,
-                                  cfg_.head_dim(), softmax_scale(), cfg_.attn_window);
-      T* dk = d_k_;
-      T* dv = d_v_;
-      if (cfg_.grouped_kv()) {  // each kv head's gradient is the sum over its query heads
-        group_sum_kv(d_kc_, d_k_, N);
-        group_sum_kv(d_vc_, d_v_, N);
-        dk = d_kc_;
-        dv = d_vc_;
-      }
-      a.qk.backward(c, d_q_, dk, d_x_);
-      bias_grad(w.bq, d_q_, N, C);
-      bias_grad(w.bk, dk, N, KV);
-      bias_grad(w.bv, dv, N, KV);
-      Backend::linear_backward(d_x_, G(w.wq), d_q_, a.xa, P(w.wq), N, C, C);
-      Backend::linear_backward(d_f_, G(w.wk), dk, a.xa, P(w.wk), N, C, KV);
-      Backend::add_into(d_x_, d_f_, N * C);
-      Backend::linear_backward(d_f_, G(w.wv), dv, a.xa, P(w.wv), N, C, KV);
-      Backend::add_into(d_x_, d_f_, N * C);
-      Backend::add_into(d_h_, a.in_att.backward(c, d_f_, d_x_, a.h_in, N, C), N * C);
-      ready(layers_[l].begin);
-    }
-    embed_backward(B, Tn);
-    ready(std::size_t(0));
-  }
+  // The callback is a std::function (a few calls a step) so that backward, like
+  // forward, is one out-of-line function: compiled once where the model is.
+  void backward(bool accumulate, const std::function<void(std::size_t)>& ready);
 
   // (B,T,V) logits of the last forward (after s_z where the scheme has it).
   const T* logits() const { return logits_; }
@@ -359,21 +220,7 @@ class Transformer {
   // outside the mask (above the diagonal, before a window). Recomputed from the
   // stored q, k and log-sum-exp (training keeps no T×T matrix); for diagnostics,
   // not valid after decode_step.
-  std::vector<T> attention_probs(std::int64_t l) const {
-    const LayerActs& a = acts_.at(static_cast<std::size_t>(l));
-    const std::int64_t H = cfg_.n_head, N = B_ * T_;
-    std::vector<T> P(static_cast<std::size_t>(B_ * H * T_ * T_));
-    const T* keys = a.qk.ka();
-    buffer wide;
-    if (cfg_.grouped_kv()) {
-      wide.assign(static_cast<std::size_t>(N * cfg_.n_embd), T(0));
-      repeat_kv(wide.data(), keys, N);
-      keys = wide.data();
-    }
-    Backend::attention_probs(P.data(), a.lse, a.qk.qa(), keys, B_, T_, H, cfg_.head_dim(), softmax_scale(),
-                             cfg_.attn_window);
-    return P;
-  }
+  std::vector<T> attention_probs(std::int64_t l) const;
 
  private:
   struct LayerOffsets {
@@ -418,24 +265,7 @@ class Transformer {
   // Declares the parameters (allocated only with allocate_params) and counts the
   // arena: all of memory_plan's model, and the first half of the real constructor.
   struct PlanOnly {};
-  Transformer(PlanOnly, ModelConfig cfg, std::int64_t max_batch, std::int64_t max_seq, bool allocate_params = false)
-      : cfg_(resolve(cfg)), maxB_(max_batch), maxT_(max_seq) {
-    cfg_.validate();
-    if (max_batch <= 0 || max_seq <= 0) throw Error("Transformer: max_batch and max_seq must be positive");
-    Backend::check_model_limits(max_batch, max_seq, cfg_.n_head, cfg_.n_embd, cfg_.head_dim());
-    if (cfg_.positions == Positions::learned && max_seq > cfg_.n_positions)
-      throw Error("Transformer: max_seq " + std::to_string(max_seq) + " exceeds the learned position table's " +
-                  std::to_string(cfg_.n_positions) + " rows (n_positions): learned positions do not extrapolate");
-    acts_.assign(static_cast<std::size_t>(cfg_.n_layer), LayerActs{});
-    declare_params(allocate_params);
-    Arena<T> counting;
-    layout(counting);
-    plan_.parameters = params_.size() * sizeof(T);
-    plan_.gradients = params_.size() * sizeof(T);
-    plan_.scratch = params_.scratch_size() * sizeof(T);
-    plan_.activations = counting.used() * sizeof(T);
-    plan_.tokens = std::size_t(2 * max_batch * max_seq) * sizeof(std::int64_t);
-  }
+  Transformer(PlanOnly, ModelConfig cfg, std::int64_t max_batch, std::int64_t max_seq, bool allocate_params = false);
 
   // The block's matrices (the reference's names, init N(0, bs), the two output
   // projections N(0, bs/√(2L))), then each policy site's own parameters.
@@ -755,6 +585,208 @@ class Transformer {
   const std::int64_t* targets_ = nullptr;   // into tokens_, null after a forward without targets
   MemoryPlan plan_;                         // what the counting constructor counted
 };
+
+// The entry points, defined out of the class: not inline, so a translation unit
+// that sees `extern template class Transformer<…>` (train/builtin_models.hpp)
+// links the library's copy instead of compiling the model again.
+template <class T, NormScheme Scheme, ResidualRule Residual, class Backend>
+Transformer<T, Scheme, Residual, Backend>::Transformer(ModelConfig cfg, std::int64_t max_batch, std::int64_t max_seq)
+    : Transformer(PlanOnly{}, cfg, max_batch, max_seq, /*allocate_params=*/true) {
+  arena_memory_.assign(plan_.activations / sizeof(T), T(0));
+  arena_ = Arena<T>(arena_memory_.data(), arena_memory_.size());
+  layout(arena_);
+  // The model's own copy of the last batch's tokens: backward() must not read
+  // the caller's arrays, which may have changed since forward().
+  tokens_.assign(static_cast<std::size_t>(2 * maxB_ * maxT_), 0);
+  rope_cos_.assign(static_cast<std::size_t>(maxT_ * cfg_.head_dim() / 2), T(0));
+  rope_sin_.assign(rope_cos_.size(), T(0));
+  Backend::rope_table(rope_cos_.data(), rope_sin_.data(), maxT_, cfg_.head_dim(), cfg_.rope_base);
+  if (cfg_.positions != Positions::rope) {  // no rotation: cos 1, sin 0 make every q/k site's RoPE the identity
+    Backend::fill(rope_cos_.data(), std::int64_t(rope_cos_.size()), T(1));
+    Backend::fill(rope_sin_.data(), std::int64_t(rope_sin_.size()), T(0));
+  }
+  if (!kFusedBias && cfg_.bias) {
+    ones_.assign(static_cast<std::size_t>(maxB_ * maxT_), T(0));
+    Backend::fill(ones_.data(), std::int64_t(ones_.size()), T(1));
+  }
+  attn_factor_ = Factors::attn(cfg_, maxT_);
+  mlp_factor_ = Factors::mlp(cfg_);
+  ctx_.cfg = &cfg_;
+  ctx_.params = &params_;
+  if constexpr (Backend::host_memory) {
+    ctx_.values = params_.value();
+    ctx_.grads = params_.grad();
+  } else {  // the store keeps the host copy (init, checkpoints); the step runs on these
+    live_values_.assign(params_.size(), T(0));
+    live_grads_.assign(params_.size(), T(0));
+    ctx_.values = live_values_.data();
+    ctx_.grads = live_grads_.data();
+  }
+  ctx_.rope_cos = rope_cos_.data();
+  ctx_.rope_sin = rope_sin_.data();
+}
+
+template <class T, NormScheme Scheme, ResidualRule Residual, class Backend>
+void Transformer<T, Scheme, Residual, Backend>::init(std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  for (const ParamSpec& s : params_.specs()) {
+    T* p = params_.value(s.offset);
+    if (s.init.kind == ParamInit::Kind::normal) fill_normal(p, s.numel, s.init.value, rng);
+    else std::fill_n(p, s.numel, T(s.init.value));
+  }
+  Constraint::at_init(params_);
+  upload_params();
+}
+
+template <class T, NormScheme Scheme, ResidualRule Residual, class Backend>
+void Transformer<T, Scheme, Residual, Backend>::apply_constraint() {
+  if constexpr (Backend::host_memory) Constraint::after_step(params_);
+  else Constraint::template after_step_on<Backend>(params_, ctx_.values);
+}
+
+template <class T, NormScheme Scheme, ResidualRule Residual, class Backend>
+double Transformer<T, Scheme, Residual, Backend>::forward(const std::int64_t* idx, const std::int64_t* targets, std::int64_t B, std::int64_t Tn) {
+  check_sizes(B, Tn);
+  check_tokens(idx, B * Tn, "token");
+  B_ = B;
+  T_ = Tn;
+  const std::size_t n = static_cast<std::size_t>(B * Tn);
+  std::copy_n(idx, n, tokens_.data());
+  idx_ = tokens_.data();
+  targets_ = nullptr;
+  if (targets) {
+    std::copy_n(targets, n, tokens_.data() + maxB_ * maxT_);
+    targets_ = tokens_.data() + maxB_ * maxT_;
+  }
+  set_sizes(B, Tn, 0);
+  embed(idx, B, Tn, 0);
+  for (std::int64_t l = 0; l < cfg_.n_layer; ++l) layer_forward(l, nullptr);
+  head_forward(B * Tn);
+  if (!targets) return 0.0;
+  check_tokens(targets_, B * Tn, "target");
+  return Backend::cross_entropy(static_cast<T*>(nullptr), logits(), targets_, B * Tn, cfg_.vocab_size);
+}
+
+template <class T, NormScheme Scheme, ResidualRule Residual, class Backend>
+const T* Transformer<T, Scheme, Residual, Backend>::decode_step(std::int64_t token, KVCache& cache) {
+  if (cache.length >= maxT_)
+    throw Error("Transformer::decode_step: the KV cache is full (" + std::to_string(maxT_) + " positions)");
+  check_tokens(&token, 1, "token");
+  targets_ = nullptr;
+  B_ = 1;
+  T_ = 1;
+  set_sizes(1, 1, cache.length);
+  embed(&token, 1, 1, cache.length);
+  for (std::int64_t l = 0; l < cfg_.n_layer; ++l) layer_forward(l, &cache);
+  ++cache.length;
+  head_forward(1);
+  return logits();
+}
+
+template <class T, NormScheme Scheme, ResidualRule Residual, class Backend>
+void Transformer<T, Scheme, Residual, Backend>::backward(bool accumulate, const std::function<void(std::size_t)>& ready) {
+  if (!targets_) throw Error("Transformer::backward: the last forward() had no targets");
+  if (!accumulate) zero_grads();
+  const std::int64_t B = B_, Tn = T_, N = B * Tn, C = cfg_.n_embd, F = cfg_.ff_dim(), V = cfg_.vocab_size;
+  const std::int64_t KV = cfg_.kv_dim(), UV = kGated ? 2 * F : F;
+  set_sizes(B, Tn, 0);
+  StepContext<T>& c = ctx_;
+  Backend::cross_entropy(d_logits_, logits(), targets_, N, V);
+  logit_scale_.backward(c, d_logits_, logits_raw_, N, V);
+  // dh: (N,C) gradient of the residual stream, updated in place going down.
+  if constexpr (is_identity_norm<typename Scheme::final_norm>) {
+    Backend::linear_backward(d_h_, G(lm_head_), d_logits_, h_final_, P(lm_head_), N, C, V);
+  } else {
+    Backend::linear_backward(d_x_, G(lm_head_), d_logits_, hf_, P(lm_head_), N, C, V);
+    final_norm_.backward(c, d_h_, d_x_, h_final_, N, C);
+  }
+  ready(head_begin_);
+  for (std::int64_t l = cfg_.n_layer - 1; l >= 0; --l) {
+    LayerActs& a = acts_[l];
+    const LayerOffsets& w = layers_[l];
+    const T* h_out = block_output(l);
+    // ---- MLP: residual, output norm, projection, activation, input projection, input norm
+    a.res_mlp.backward(c, d_h_, d_f_, d_h_, h_out, a.h_mid, a.m, N, C);
+    const T* dm = a.out_mlp.backward(c, d_y_, d_f_, a.m_raw, N, C);
+    bias_grad(w.bproj, dm, N, C);
+    Backend::linear_backward(d_act_, G(w.wproj), dm, a.act, P(w.wproj), N, F, C, T(mlp_factor_));
+    a.activation.backward(c, d_uv_, d_act_, a.uv, N, F);
+    bias_grad(w.bfc, d_uv_, N, UV);
+    Backend::linear_backward(d_x_, G(w.wfc), d_uv_, a.xm, P(w.wfc), N, C, UV);
+    Backend::add_into(d_h_, a.in_mlp.backward(c, d_f_, d_x_, a.h_mid, N, C), N * C);
+    // ---- attention: residual, output norm, projection, attention, q/k, projections, input norm
+    a.res_att.backward(c, d_h_, d_f_, d_h_, a.h_mid, a.h_in, a.a, N, C);
+    const T* da = a.out_att.backward(c, d_x_, d_f_, a.a_raw, N, C);
+    bias_grad(w.bo, da, N, C);
+    Backend::linear_backward(d_y_, G(w.wo), da, a.y, P(w.wo), N, C, C, T(attn_factor_));
+    const auto [keys, values] = attention_kv(a, N);
+    Backend::attention_backward(d_q_, d_k_, d_v_, d_y_, a.y, a.lse, a.qk.qa(), keys, values, B, Tn, cfg_.n_head,
+                                cfg_.head_dim(), softmax_scale(), cfg_.attn_window);
+    T* dk = d_k_;
+    T* dv = d_v_;
+    if (cfg_.grouped_kv()) {  // each kv head's gradient is the sum over its query heads
+      group_sum_kv(d_kc_, d_k_, N);
+      group_sum_kv(d_vc_, d_v_, N);
+      dk = d_kc_;
+      dv = d_vc_;
+    }
+    a.qk.backward(c, d_q_, dk, d_x_);
+    bias_grad(w.bq, d_q_, N, C);
+    bias_grad(w.bk, dk, N, KV);
+    bias_grad(w.bv, dv, N, KV);
+    Backend::linear_backward(d_x_, G(w.wq), d_q_, a.xa, P(w.wq), N, C, C);
+    Backend::linear_backward(d_f_, G(w.wk), dk, a.xa, P(w.wk), N, C, KV);
+    Backend::add_into(d_x_, d_f_, N * C);
+    Backend::linear_backward(d_f_, G(w.wv), dv, a.xa, P(w.wv), N, C, KV);
+    Backend::add_into(d_x_, d_f_, N * C);
+    Backend::add_into(d_h_, a.in_att.backward(c, d_f_, d_x_, a.h_in, N, C), N * C);
+    ready(layers_[l].begin);
+  }
+  embed_backward(B, Tn);
+  ready(std::size_t(0));
+}
+
+template <class T, NormScheme Scheme, ResidualRule Residual, class Backend>
+void Transformer<T, Scheme, Residual, Backend>::backward(bool accumulate) {
+  backward(accumulate, [](std::size_t) {});
+}
+
+template <class T, NormScheme Scheme, ResidualRule Residual, class Backend>
+std::vector<T> Transformer<T, Scheme, Residual, Backend>::attention_probs(std::int64_t l) const {
+  const LayerActs& a = acts_.at(static_cast<std::size_t>(l));
+  const std::int64_t H = cfg_.n_head, N = B_ * T_;
+  std::vector<T> P(static_cast<std::size_t>(B_ * H * T_ * T_));
+  const T* keys = a.qk.ka();
+  buffer wide;
+  if (cfg_.grouped_kv()) {
+    wide.assign(static_cast<std::size_t>(N * cfg_.n_embd), T(0));
+    repeat_kv(wide.data(), keys, N);
+    keys = wide.data();
+  }
+  Backend::attention_probs(P.data(), a.lse, a.qk.qa(), keys, B_, T_, H, cfg_.head_dim(), softmax_scale(),
+                           cfg_.attn_window);
+  return P;
+}
+
+template <class T, NormScheme Scheme, ResidualRule Residual, class Backend>
+Transformer<T, Scheme, Residual, Backend>::Transformer(PlanOnly, ModelConfig cfg, std::int64_t max_batch, std::int64_t max_seq, bool allocate_params)
+    : cfg_(resolve(cfg)), maxB_(max_batch), maxT_(max_seq) {
+  cfg_.validate();
+  if (max_batch <= 0 || max_seq <= 0) throw Error("Transformer: max_batch and max_seq must be positive");
+  Backend::check_model_limits(max_batch, max_seq, cfg_.n_head, cfg_.n_embd, cfg_.head_dim());
+  if (cfg_.positions == Positions::learned && max_seq > cfg_.n_positions)
+    throw Error("Transformer: max_seq " + std::to_string(max_seq) + " exceeds the learned position table's " +
+                std::to_string(cfg_.n_positions) + " rows (n_positions): learned positions do not extrapolate");
+  acts_.assign(static_cast<std::size_t>(cfg_.n_layer), LayerActs{});
+  declare_params(allocate_params);
+  Arena<T> counting;
+  layout(counting);
+  plan_.parameters = params_.size() * sizeof(T);
+  plan_.gradients = params_.size() * sizeof(T);
+  plan_.scratch = params_.scratch_size() * sizeof(T);
+  plan_.activations = counting.used() * sizeof(T);
+  plan_.tokens = std::size_t(2 * max_batch * max_seq) * sizeof(std::int64_t);
+}
 
 template <class T>
 using GPT = Transformer<T, prenorm_rms, residual_add>;
