@@ -11,7 +11,7 @@ set -euo pipefail
 old=$1 new=$2
 shift 2
 variants=("$@")
-[ ${#variants[@]} -gt 0 ] || variants=(gpt gpt_qknorm gpt_alpha ngpt ngpt_slerp ngpt_noqknorm ngpt_scalar ngpt_fixedscales angpt angpt_attnfactor)
+[ ${#variants[@]} -gt 0 ] || mapfile -t variants < <(bash "$(dirname "$0")/variants.sh")
 ROUNDS=${ROUNDS:-3} STEPS=${STEPS:-8}
 FLAGS=${FLAGS:---data synthetic --d 256 --layers 4 --heads 4 --seq 256 --batch 8}
 OUT=${OUT:-$(mktemp -d)}

@@ -240,7 +240,7 @@ if build "build tests" 240 "${tests[@]}"; then
 fi
 
 # ---------------------------------------------------------------- the trainers
-VARIANTS=(gpt gpt_qknorm gpt_alpha ngpt ngpt_slerp ngpt_noqknorm ngpt_scalar ngpt_fixedscales angpt angpt_attnfactor)
+mapfile -t VARIANTS < <(bash scripts/variants.sh)
 trainers=()
 for v in "${VARIANTS[@]}"; do trainers+=("train-$v-cuda"); done
 if build "build trainers" 200 "${trainers[@]}"; then

@@ -52,7 +52,7 @@ bad=0
 
 # The trainers' flags on the CPU first (the CPU trainers of this tree's build).
 CPU_BIN=${BUILD_DIR:-$PWD/build}
-VARIANTS=(gpt gpt_qknorm gpt_alpha ngpt ngpt_slerp ngpt_noqknorm ngpt_scalar ngpt_fixedscales angpt angpt_attnfactor)
+mapfile -t VARIANTS < <(bash scripts/variants.sh)
 missing=0
 for v in "${VARIANTS[@]}"; do [ -x "$CPU_BIN/train-$v" ] || missing=1; done
 if [ $missing -eq 1 ]; then
