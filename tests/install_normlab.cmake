@@ -3,10 +3,17 @@
 # driver (normlab::driver, built first); OFF: headers only. Included by the cmake
 # -P scripts that build a project against the installed package (consumer/ builds
 # header-only, custom_policies/ against normlab::driver: both modes stay tested).
+# The built-in models' library is left out (NORMLAB_EXAMPLE_MODELS OFF) unless a
+# script sets it: the example projects define variants of their own, and
+# compiling ten models each time would double their time.
+if(NOT DEFINED NORMLAB_EXAMPLE_MODELS)
+  set(NORMLAB_EXAMPLE_MODELS OFF)
+endif()
 function(install_normlab prebuilt)
   run(${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${WORK_DIR}/lib-build -G ${GENERATOR}
       -DNORMLAB_BUILD_TESTS=OFF -DNORMLAB_BUILD_TOOLS=OFF -DNORMLAB_BUILD_EXAMPLES=OFF
-      -DNORMLAB_PREBUILT_DRIVER=${prebuilt} -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=${WORK_DIR}/prefix)
+      -DNORMLAB_PREBUILT_DRIVER=${prebuilt} -DNORMLAB_PREBUILT_MODELS=${NORMLAB_EXAMPLE_MODELS}
+      -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=${WORK_DIR}/prefix)
   run(${CMAKE_COMMAND} --build ${WORK_DIR}/lib-build)
   run(${CMAKE_COMMAND} --install ${WORK_DIR}/lib-build)
 endfunction()
