@@ -19,7 +19,7 @@ BUILD_DIR=${BUILD_DIR:-build-cuda}
 JOBS=${JOBS:-2}
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNORMLAB_CUDA=ON \
   -DCMAKE_CUDA_COMPILER="$NVCC" -DNORMLAB_BUILD_TESTS=OFF -DNORMLAB_BUILD_TOOLS=OFF \
-  -DNORMLAB_BUILD_EXAMPLES=OFF ${NORMLAB_CMAKE_ARGS:-} >/dev/null
+  -DNORMLAB_BUILD_EXAMPLES=OFF -DNORMLAB_PREBUILT_MODELS=OFF ${NORMLAB_CMAKE_ARGS:-} >/dev/null
 # With tests, tools and examples off, "all" is the CUDA tests and the benchmark.
 cmake --build "$BUILD_DIR" -j "$JOBS"
 junit=()
