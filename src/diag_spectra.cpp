@@ -2,5 +2,5 @@
 // Eigen's BDCSVD and SelfAdjointEigenSolver), compiled once for the programs that
 // link normlab_diag; diag/diagnostics.hpp declares them without a body under
 // NORMLAB_PREBUILT_DIAG.
-#define NORMLAB_DIAG_LIBRARY
+#define NORMLAB_DIAG_LIBRARY_SOLVERS
 #include "normlab/diag/diagnostics.hpp"

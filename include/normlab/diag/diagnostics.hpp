@@ -63,10 +63,15 @@ inline void require_finite(const Eigen::MatrixXd& M, const std::string& what) {
 // this header's compile time at -O3. A program that links normlab_diag
 // (NORMLAB_PREBUILT_DIAG) gets them compiled once (src/diag_spectra.cpp);
 // without it they are inline here, header-only as ever.
-#if defined(NORMLAB_PREBUILT_DIAG) || defined(NORMLAB_DIAG_LIBRARY)
+#if defined(NORMLAB_DIAG_LIBRARY_SOLVERS)
 #define NORMLAB_DIAG_SOLVER
+#define NORMLAB_DIAG_SOLVER_BODIES 1
+#elif defined(NORMLAB_PREBUILT_DIAG) || defined(NORMLAB_DIAG_LIBRARY_CHECKPOINT)
+#define NORMLAB_DIAG_SOLVER
+#define NORMLAB_DIAG_SOLVER_BODIES 0
 #else
 #define NORMLAB_DIAG_SOLVER inline
+#define NORMLAB_DIAG_SOLVER_BODIES 1
 #endif
 // All min(rows, cols) singular values of M, descending (Eigen::BDCSVD, values only).
 NORMLAB_DIAG_SOLVER Spectrum singular_values(const Eigen::MatrixXd& M);
@@ -160,7 +165,7 @@ struct CovarianceSpectrum {
 
 NORMLAB_DIAG_SOLVER CovarianceSpectrum covariance_spectrum(const Eigen::MatrixXd& X);
 
-#if !defined(NORMLAB_PREBUILT_DIAG) || defined(NORMLAB_DIAG_LIBRARY)
+#if NORMLAB_DIAG_SOLVER_BODIES
 NORMLAB_DIAG_SOLVER Spectrum singular_values(const Eigen::MatrixXd& M) {
   if (M.size() == 0) throw Error("singular_values: the matrix is empty");
   require_finite(M, "singular_values: the matrix");
@@ -542,8 +547,25 @@ inline void expect_shape(const io::SafetensorsFile& f, const std::string& tensor
 // safetensors, truncated, not a normlab checkpoint, an unknown variant,
 // metadata that does not match the tensors — is a normlab::Error whose
 // message starts with the file name.
-inline Report diagnose_checkpoint(const std::filesystem::path& path, const DiagnoseOptions& opt = {},
-                                  const data::TokenData* td = nullptr) {
+//
+// Every built-in variant's model is built here (dispatch by the file's variant),
+// so this is compiled once in normlab_diag (src/diag_checkpoint.cpp) where a
+// program links it (NORMLAB_PREBUILT_DIAG); inline otherwise.
+#if defined(NORMLAB_DIAG_LIBRARY_CHECKPOINT)
+#define NORMLAB_DIAG_CHECKPOINT
+#define NORMLAB_DIAG_CHECKPOINT_BODY 1
+#elif defined(NORMLAB_PREBUILT_DIAG) || defined(NORMLAB_DIAG_LIBRARY_SOLVERS)
+#define NORMLAB_DIAG_CHECKPOINT
+#define NORMLAB_DIAG_CHECKPOINT_BODY 0
+#else
+#define NORMLAB_DIAG_CHECKPOINT inline
+#define NORMLAB_DIAG_CHECKPOINT_BODY 1
+#endif
+NORMLAB_DIAG_CHECKPOINT Report diagnose_checkpoint(const std::filesystem::path& path, const DiagnoseOptions& opt = {},
+                                                   const data::TokenData* td = nullptr);
+#if NORMLAB_DIAG_CHECKPOINT_BODY
+NORMLAB_DIAG_CHECKPOINT Report diagnose_checkpoint(const std::filesystem::path& path, const DiagnoseOptions& opt,
+                                                   const data::TokenData* td) {
   const std::string shown = path.string();
   try {
     const io::SafetensorsFile f = io::SafetensorsFile::open(path);
@@ -616,6 +638,7 @@ inline Report diagnose_checkpoint(const std::filesystem::path& path, const Diagn
     throw Error(shown + ": " + e.what());
   }
 }
+#endif
 
 // ============================================================== output
 
