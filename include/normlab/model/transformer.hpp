@@ -587,7 +587,8 @@ class Transformer {
 };
 
 // The entry points, defined out of the class: not inline, so a translation unit
-// that sees `extern template class Transformer<…>` (train/builtin_models.hpp)
+// that sees `extern template class Transformer<…>` (train/variants.hpp, under
+// NORMLAB_PREBUILT_MODELS)
 // links the library's copy instead of compiling the model again.
 template <class T, NormScheme Scheme, ResidualRule Residual, class Backend>
 Transformer<T, Scheme, Residual, Backend>::Transformer(ModelConfig cfg, std::int64_t max_batch, std::int64_t max_seq)
@@ -645,7 +646,8 @@ void Transformer<T, Scheme, Residual, Backend>::apply_constraint() {
 }
 
 template <class T, NormScheme Scheme, ResidualRule Residual, class Backend>
-double Transformer<T, Scheme, Residual, Backend>::forward(const std::int64_t* idx, const std::int64_t* targets, std::int64_t B, std::int64_t Tn) {
+double Transformer<T, Scheme, Residual, Backend>::forward(const std::int64_t* idx, const std::int64_t* targets,
+                                                         std::int64_t B, std::int64_t Tn) {
   check_sizes(B, Tn);
   check_tokens(idx, B * Tn, "token");
   B_ = B;
@@ -684,7 +686,8 @@ const T* Transformer<T, Scheme, Residual, Backend>::decode_step(std::int64_t tok
 }
 
 template <class T, NormScheme Scheme, ResidualRule Residual, class Backend>
-void Transformer<T, Scheme, Residual, Backend>::backward(bool accumulate, const std::function<void(std::size_t)>& ready) {
+void Transformer<T, Scheme, Residual, Backend>::backward(bool accumulate,
+                                                        const std::function<void(std::size_t)>& ready) {
   if (!targets_) throw Error("Transformer::backward: the last forward() had no targets");
   if (!accumulate) zero_grads();
   const std::int64_t B = B_, Tn = T_, N = B * Tn, C = cfg_.n_embd, F = cfg_.ff_dim(), V = cfg_.vocab_size;
@@ -769,7 +772,8 @@ std::vector<T> Transformer<T, Scheme, Residual, Backend>::attention_probs(std::i
 }
 
 template <class T, NormScheme Scheme, ResidualRule Residual, class Backend>
-Transformer<T, Scheme, Residual, Backend>::Transformer(PlanOnly, ModelConfig cfg, std::int64_t max_batch, std::int64_t max_seq, bool allocate_params)
+Transformer<T, Scheme, Residual, Backend>::Transformer(PlanOnly, ModelConfig cfg, std::int64_t max_batch,
+                                                      std::int64_t max_seq, bool allocate_params)
     : cfg_(resolve(cfg)), maxB_(max_batch), maxT_(max_seq) {
   cfg_.validate();
   if (max_batch <= 0 || max_seq <= 0) throw Error("Transformer: max_batch and max_seq must be positive");
