@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The fair ablation (issue 20), in resumable pieces: a rerun skips finished runs
+# The fair ablation, in resumable pieces: a rerun skips finished runs
 # and resumes interrupted ones, so a piece can be stopped and started again.
 # Brown corpus, byte tokens, d = 128, 4 layers, 4 heads, 2048 tokens a step,
 # 1500 steps; each variant at its own learning rate, chosen by normlab-ablate's
@@ -11,8 +11,9 @@
 #   bash scripts/fair-study.sh context     # gpt, ngpt, angpt at T = 64 and 1024 (same tokens a step, main's lrs)
 #   bash scripts/fair-study.sh conditioning  # normlab-diagnose --compare on main's checkpoints (seed 1)
 #   bash scripts/fair-study.sh timing      # re-time every piece's variants interleaved (nothing else may run)
-#   bash scripts/fair-study.sh archive     # copy every finished run's record (no checkpoints) into studies/fair/
-#   bash scripts/fair-study.sh restore     # copy studies/fair/ back into runs/fair/ (a new work tree continues)
+#   bash scripts/fair-study.sh archive     # every finished run's record (no checkpoints) into studies/fair/:
+#                                          #   reports, JSON and plots as files, each piece's runs in runs.tar.xz
+#   bash scripts/fair-study.sh restore     # studies/fair/ (archives unpacked) back into runs/fair/ (a new work tree continues)
 #
 # Results: runs/fair/<piece>/results.md (+ plots); docs/study.md quotes them.
 # TIMING_ROUNDS=0 skips the interleaved timing in a piece (time it later with `timing`).
@@ -29,12 +30,29 @@ case $PIECE in
   archive)
     [ -d "$ROOT" ] || { echo "fair-study: nothing in $ROOT to archive" >&2; exit 2; }
     (cd "$ROOT" && keep . | while read -r f; do mkdir -p "../../$ARCHIVE/$(dirname "$f")"; cp "$f" "../../$ARCHIVE/$f"; done)
-    echo "fair-study: archived $(cd "$ARCHIVE" && keep . | wc -l) files into $ARCHIVE"; exit 0 ;;
+    # A piece keeps its report, its JSON and its plots in the tree; its runs' own
+    # records (per-step metrics, per-run summaries, sweep and timing runs) go into
+    # one compressed archive beside them, merged with the one already there.
+    for piece in "$ARCHIVE"/*/; do
+      piece=${piece%/}
+      runs=$(cd "$piece" && find . -mindepth 1 -maxdepth 1 -type d | sort)
+      [ -n "$runs" ] || continue
+      if [ -f "$piece/runs.tar.xz" ]; then tar -xJf "$piece/runs.tar.xz" -C "$piece" --skip-old-files; fi
+      # shellcheck disable=SC2086  # one directory name per word
+      (cd "$piece" && tar --sort=name --mtime=@0 --owner=0 --group=0 -cJf runs.tar.xz $runs && rm -rf $runs)
+    done
+    echo "fair-study: archived into $ARCHIVE (each piece's runs in its runs.tar.xz)"; exit 0 ;;
   restore)
     [ -d "$ARCHIVE" ] || { echo "fair-study: no $ARCHIVE to restore" >&2; exit 2; }
     mkdir -p "$ROOT"
     (cd "$ARCHIVE" && keep . | while read -r f; do
        [ -e "../../$ROOT/$f" ] || { mkdir -p "../../$ROOT/$(dirname "$f")"; cp "$f" "../../$ROOT/$f"; }; done)
+    for a in "$ARCHIVE"/*/runs.tar.xz; do
+      [ -f "$a" ] || continue
+      piece=$(basename "$(dirname "$a")")
+      mkdir -p "$ROOT/$piece"
+      tar -xJf "$a" -C "$ROOT/$piece" --skip-old-files  # never over a run continued since
+    done
     echo "fair-study: restored $ARCHIVE into $ROOT"; exit 0 ;;
 esac
 GRID=${LR_GRID:-3e-3,1e-2,3e-2}
