@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "normlab/train/driver.hpp"
+#include "normlab/app/driver.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   std::vector<std::string> args = {"train-fuzz"};

@@ -4,7 +4,7 @@
 # --time-steps run (2 warm-up steps, then STEPS timed optimizer steps; the
 # median is kept) at the reference config on synthetic data. Prints one line per
 # variant: the median over rounds of each build and NEW/OLD. For a refactor
-# that must not change speed (issue 17: within 3%).
+# that must not change speed (within 3%, interleaved).
 #   bash scripts/bench-paired.sh OLD_DIR NEW_DIR [variant ...]
 #   ROUNDS (3), STEPS (8), FLAGS (the reference config), OUT (a scratch folder)
 set -euo pipefail

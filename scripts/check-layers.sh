@@ -3,7 +3,8 @@
 # every #include "normlab/<folder>/…" in include/normlab/<folder>/ must name a
 # lower layer or its own. Layers, low to high: core; tensor, io; backend; nn,
 # dist; model; optim; train; diag (layers of one rank do not include each other;
-# normlab.hpp, the umbrella header, sits above them all).
+# normlab.hpp, the umbrella header, sits above them all). The application layer
+# (app/: driver, command line, reports) is above the library: nothing here includes it.
 #
 # Folders are ranked with their sub-folders: backend/cpu and backend/cuda are
 # the backends, backend/ itself holds what every backend shares. The generic
@@ -56,5 +57,11 @@ while IFS= read -r line; do
     bad=1
   fi
 done < <(grep -rn '#include "normlab/[a-z_]*/' --include='*.hpp' --include='*.cuh' . | sed 's|^\./||')
+# The library parses no command line: CLI11 belongs to the application layer
+# (app/include/normlab/app/), which sits above every folder here.
+while IFS= read -r line; do
+  echo "layering: $line (CLI11 belongs to the application layer, app/)"
+  bad=1
+done < <(grep -rn '#include <CLI/' --include='*.hpp' --include='*.cuh' . | sed 's|^\./||')
 [ $bad -eq 0 ] && echo "layering: $n includes across $(ls -d */ | wc -l) layers, none of a higher layer, no generic layer into a backend's folder"
 exit $bad

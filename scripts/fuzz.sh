@@ -19,11 +19,11 @@ command -v "$CXX" >/dev/null || { echo "fuzz: $CXX not found (apt-get install cl
 out=build-fuzz
 mkdir -p "$out"
 flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
-       -Iinclude -I/usr/include/eigen3)
+       -Iinclude -Iapp/include -I/usr/include/eigen3)
 for t in "${targets[@]}"; do
   src=fuzz/fuzz_${t}.cpp
   [ -f "$src" ] || { echo "fuzz: no target $t"; exit 2; }
-  if [ ! -x "$out/fuzz_$t" ] || [ "$src" -nt "$out/fuzz_$t" ] || [ -n "$(find include -newer "$out/fuzz_$t" -name '*.hpp' | head -1)" ]; then
+  if [ ! -x "$out/fuzz_$t" ] || [ "$src" -nt "$out/fuzz_$t" ] || [ -n "$(find include app/include -newer "$out/fuzz_$t" -name '*.hpp' | head -1)" ]; then
     echo "fuzz: building $t"
     "$CXX" "${flags[@]}" "$src" -o "$out/fuzz_$t"
   fi

@@ -3,4 +3,4 @@
 // link normlab_diag; diag/diagnostics.hpp declares them without a body under
 // NORMLAB_PREBUILT_DIAG.
 #define NORMLAB_DIAG_LIBRARY_SOLVERS
-#include "normlab/diag/diagnostics.hpp"
+#include "normlab/diag/linalg.hpp"

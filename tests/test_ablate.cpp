@@ -19,8 +19,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "normlab/train/ablate.hpp"
-#include "normlab/train/context_report.hpp"
+#include "normlab/app/ablate.hpp"
+#include "normlab/app/context_report.hpp"
 
 namespace fs = std::filesystem;
 namespace ab = normlab::ablate;

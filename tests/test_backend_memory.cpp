@@ -12,38 +12,23 @@
 
 #include "normlab/normlab.hpp"
 #include "normlab/train/checkpoint.hpp"
-#include "normlab/train/driver.hpp"
+#include "normlab/app/driver.hpp"
 #include "normlab/train/golden.hpp"
 #include "normlab/train/step.hpp"
 #include "normlab/train/variants.hpp"
 #include "separate_memory_backend.hpp"
 
 using namespace normlab;
+#include "support.hpp"
 
 namespace {
 
 using testing::separate_memory_backend;
 
-ModelConfig small_config() {
-  ModelConfig c;
-  c.vocab_size = 23;
-  c.n_embd = 24;
-  c.n_head = 3;
-  c.n_layer = 2;
-  return c;
-}
+using test::make_batch;
+using test::small_config;
 
-void make_batch(std::vector<std::int64_t>& idx, std::vector<std::int64_t>& tgt, std::int64_t V, int step) {
-  for (std::size_t i = 0; i < idx.size(); ++i) {
-    idx[i] = std::int64_t((i * 5 + step * 3) % V);
-    tgt[i] = std::int64_t((i * 7 + step + 1) % V);
-  }
-}
-
-template <class Vec>
-bool same_bits(const Vec& a, const Vec& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(a[0])) == 0;
-}
+using test::same_bits;
 
 template <class Model, class Opt>
 std::vector<double> train(Model& m, Opt& opt, int from, int steps) {

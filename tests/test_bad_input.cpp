@@ -18,7 +18,7 @@
 
 #include "normlab/core/process.hpp"
 #include "normlab/train/checkpoint.hpp"
-#include "normlab/train/driver.hpp"
+#include "normlab/app/driver.hpp"
 #include "normlab/train/variants.hpp"
 
 using namespace normlab;

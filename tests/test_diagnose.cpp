@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "normlab/diag/diagnostics.hpp"
+#include "normlab/app/diag_report.hpp"
 #include "normlab/normlab.hpp"
 #include "normlab/train/checkpoint.hpp"
 

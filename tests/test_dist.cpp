@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "normlab/dist/grad_sync.hpp"
-#include "normlab/train/driver.hpp"
+#include "normlab/app/driver.hpp"
 
 using namespace normlab;
 

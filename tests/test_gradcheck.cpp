@@ -24,7 +24,7 @@ using normlab::test::rel_err;
 using Vec = std::vector<double>;
 
 namespace {
-constexpr std::int64_t B = 2, Tn = 7, H = 3, D = 8, C = H * D, N = B * Tn;
+constexpr std::int64_t B = 2, seq = 7, H = 3, D = 8, C = H * D, N = B * seq;
 }
 
 TEST_CASE("gradcheck: linear (x Wᵀ)", "[grad]") {
@@ -80,16 +80,16 @@ TEST_CASE("gradcheck: row normalization N(x) = x/‖x‖", "[grad]") {
 }
 
 TEST_CASE("gradcheck: rotate-half RoPE", "[grad]") {
-  Vec cs(Tn * D / 2), sn(Tn * D / 2);
-  cpu::rope_table(cs.data(), sn.data(), Tn, D);
+  Vec cs(seq * D / 2), sn(seq * D / 2);
+  cpu::rope_table(cs.data(), sn.data(), seq, D);
   Vec x = random_vector(N * C, 11), w = random_vector(N * C, 12), y(N * C);
   auto loss = [&] {
     y = x;
-    cpu::rope_apply(y.data(), cs.data(), sn.data(), B, Tn, H, D, false);
+    cpu::rope_apply(y.data(), cs.data(), sn.data(), B, seq, H, D, false);
     return dot(y, w);
   };
   Vec dx = w;
-  cpu::rope_apply(dx.data(), cs.data(), sn.data(), B, Tn, H, D, true);
+  cpu::rope_apply(dx.data(), cs.data(), sn.data(), B, seq, H, D, true);
   CHECK(rel_err(dx, numeric_grad(x, loss)) < kGradTol);
   // RoPE is a rotation: it preserves each head's norm.
   loss();
@@ -106,21 +106,21 @@ TEST_CASE("gradcheck: rotate-half RoPE", "[grad]") {
 TEST_CASE("gradcheck: causal attention", "[grad]") {
   for (double scale : {1.0 / std::sqrt(double(D)), std::sqrt(double(D))}) {
     Vec q = random_vector(N * C, 13, 0.5), k = random_vector(N * C, 14, 0.5), v = random_vector(N * C, 15);
-    Vec w = random_vector(N * C, 16), y(N * C), lse(B * H * Tn), P(B * H * Tn * Tn);
+    Vec w = random_vector(N * C, 16), y(N * C), lse(B * H * seq), P(B * H * seq * seq);
     auto loss = [&] {
-      cpu::attention_forward(y.data(), lse.data(), q.data(), k.data(), v.data(), B, Tn, H, D, scale);
+      cpu::attention_forward(y.data(), lse.data(), q.data(), k.data(), v.data(), B, seq, H, D, scale);
       return dot(y, w);
     };
     loss();
     Vec dq(q.size()), dk(k.size()), dv(v.size());
     cpu::attention_backward(dq.data(), dk.data(), dv.data(), w.data(), y.data(), lse.data(), q.data(), k.data(),
-                            v.data(), B, Tn, H, D, scale);
+                            v.data(), B, seq, H, D, scale);
     CHECK(rel_err(dq, numeric_grad(q, loss)) < kGradTol);
     CHECK(rel_err(dk, numeric_grad(k, loss)) < kGradTol);
     CHECK(rel_err(dv, numeric_grad(v, loss)) < kGradTol);
     // causality: the first token only sees itself.
-    cpu::attention_probs(P.data(), lse.data(), q.data(), k.data(), B, Tn, H, D, scale);
-    for (std::int64_t bh = 0; bh < B * H; ++bh) CHECK(P[bh * Tn * Tn] == Approx(1.0).epsilon(1e-15));
+    cpu::attention_probs(P.data(), lse.data(), q.data(), k.data(), B, seq, H, D, scale);
+    for (std::int64_t bh = 0; bh < B * H; ++bh) CHECK(P[bh * seq * seq] == Approx(1.0).epsilon(1e-15));
   }
 }
 
@@ -271,20 +271,20 @@ TEST_CASE("gradcheck: scaled SwiGLU (uv ⊙ s before the gate)", "[grad]") {
 TEST_CASE("gradcheck: scaled QK-norm after RoPE (s ⊙ N(rope(q)) per head), fused kernels", "[grad]") {
   // B·T = 14 rows: with kRowChunk = 128 one chunk; the second case below
   // takes 300 rows (three chunks) against the unfused composition.
-  Vec cs(Tn * D / 2), sn(Tn * D / 2);
-  cpu::rope_table(cs.data(), sn.data(), Tn, D);
+  Vec cs(seq * D / 2), sn(seq * D / 2);
+  cpu::rope_table(cs.data(), sn.data(), seq, D);
   Vec q = random_vector(N * C, 22), s = random_vector(C, 23), w = random_vector(N * C, 24);
   Vec qr(N * C), qh(N * C), qs(N * C), nrm(N * H);
   auto loss = [&] {
     qr = q;
-    cpu::rope_l2norm_scale_forward(qr.data(), qh.data(), nrm.data(), qs.data(), s.data(), cs.data(), sn.data(), B, Tn,
+    cpu::rope_l2norm_scale_forward(qr.data(), qh.data(), nrm.data(), qs.data(), s.data(), cs.data(), sn.data(), B, seq,
                                    H, D);
     return dot(qs, w);
   };
   loss();
   const double c = 0.7;
   Vec dq = w, ds(C, 0.0);
-  cpu::rope_l2norm_scale_backward(dq.data(), ds.data(), qh.data(), nrm.data(), s.data(), cs.data(), sn.data(), B, Tn,
+  cpu::rope_l2norm_scale_backward(dq.data(), ds.data(), qh.data(), nrm.data(), s.data(), cs.data(), sn.data(), B, seq,
                                   H, D, c);
   Vec ds_num = numeric_grad(s, loss);
   for (double& x : ds_num) x *= c;

@@ -16,23 +16,11 @@
 #include "normlab/train/variants.hpp"
 
 using namespace normlab;
+#include "support.hpp"
 
 namespace {
-ModelConfig small_config() {
-  ModelConfig c;
-  c.vocab_size = 23;
-  c.n_embd = 24;
-  c.n_head = 3;
-  c.n_layer = 2;
-  return c;
-}
-
-void make_batch(std::vector<std::int64_t>& idx, std::vector<std::int64_t>& tgt, std::int64_t V, int step) {
-  for (std::size_t i = 0; i < idx.size(); ++i) {
-    idx[i] = std::int64_t((i * 5 + step * 3) % V);
-    tgt[i] = std::int64_t((i * 7 + step + 1) % V);
-  }
-}
+using test::make_batch;
+using test::small_config;
 
 double max_row_norm_error(const double* h, std::int64_t rows, std::int64_t C) {
   double worst = 0;
@@ -46,16 +34,16 @@ double max_row_norm_error(const double* h, std::int64_t rows, std::int64_t C) {
 
 template <class T>
 void check_constraint_every_step(double tol) {
-  const std::int64_t B = 2, Tn = 9;
-  NGPT<T> model(small_config(), B, Tn);
+  const std::int64_t B = 2, seq = 9;
+  NGPT<T> model(small_config(), B, seq);
   model.init(5);
   CHECK(max_constraint_violation(model.params()) <= tol);  // at initialisation
   AdamW<T> opt(model.params(), {});
-  std::vector<std::int64_t> idx(B * Tn), tgt(B * Tn);
+  std::vector<std::int64_t> idx(B * seq), tgt(B * seq);
   for (int step = 0; step < 5; ++step) {
     make_batch(idx, tgt, 23, step);
     // A large lr moves rows far off the sphere before the constraint pulls them back.
-    train_step(model, opt, idx.data(), tgt.data(), B, Tn, 0.05, 0.0);
+    train_step(model, opt, idx.data(), tgt.data(), B, seq, 0.05, 0.0);
     INFO("step " << step);
     CHECK(max_constraint_violation(model.params()) <= tol);
   }
@@ -85,16 +73,16 @@ TEST_CASE("ngpt: the constraint covers exactly the matrices the paper names", "[
 }
 
 TEST_CASE("ngpt: every block's output has unit-norm rows", "[ngpt]") {
-  const std::int64_t B = 2, Tn = 9;
-  NGPT<double> model(small_config(), B, Tn);
+  const std::int64_t B = 2, seq = 9;
+  NGPT<double> model(small_config(), B, seq);
   model.init(11);
   AdamW<double> opt(model.params(), {});
-  std::vector<std::int64_t> idx(B * Tn), tgt(B * Tn);
+  std::vector<std::int64_t> idx(B * seq), tgt(B * seq);
   for (int step = 0; step < 3; ++step) {
     make_batch(idx, tgt, 23, step);
-    train_step(model, opt, idx.data(), tgt.data(), B, Tn, 0.02, 1.0);
-    model.forward(idx.data(), tgt.data(), B, Tn);
-    for (std::int64_t l = 0; l < 2; ++l) CHECK(max_row_norm_error(model.block_output(l), B * Tn, 24) < 1e-14);
+    train_step(model, opt, idx.data(), tgt.data(), B, seq, 0.02, 1.0);
+    model.forward(idx.data(), tgt.data(), B, seq);
+    for (std::int64_t l = 0; l < 2; ++l) CHECK(max_row_norm_error(model.block_output(l), B * seq, 24) < 1e-14);
   }
 }
 
@@ -103,20 +91,20 @@ TEST_CASE("ngpt: the constraint is applied to the master copy the optimizer upda
   // that normalised only a compute copy would leave model.params() (which
   // AdamW::step updates) off the sphere, and the next update would start from
   // there: both checks below would fail.
-  const std::int64_t B = 2, Tn = 9;
-  NGPT<double> model(small_config(), B, Tn);
+  const std::int64_t B = 2, seq = 9;
+  NGPT<double> model(small_config(), B, seq);
   model.init(3);
   AdamW<double> opt(model.params(), {});
-  std::vector<std::int64_t> idx(B * Tn), tgt(B * Tn);
+  std::vector<std::int64_t> idx(B * seq), tgt(B * seq);
   make_batch(idx, tgt, 23, 0);
-  train_step(model, opt, idx.data(), tgt.data(), B, Tn, 0.05, 0.0);
+  train_step(model, opt, idx.data(), tgt.data(), B, seq, 0.05, 0.0);
   REQUIRE(max_constraint_violation(model.params()) < 1e-12);
 
   // The same step without the constraint really leaves the sphere, so the check above is not vacuous.
-  NGPT<double> raw(small_config(), B, Tn);
+  NGPT<double> raw(small_config(), B, seq);
   raw.init(3);
   AdamW<double> opt2(raw.params(), {});
-  raw.forward(idx.data(), tgt.data(), B, Tn);
+  raw.forward(idx.data(), tgt.data(), B, seq);
   raw.backward();
   opt2.step(raw.params(), 0.05);
   CHECK(max_constraint_violation(raw.params()) > 1e-3);
@@ -155,23 +143,23 @@ std::vector<double> angpt_block_norms() {
   c.n_embd = 256;
   c.n_head = 4;
   c.n_layer = 8;
-  const std::int64_t B = 2, Tn = 64;
-  Model model(c, B, Tn);
+  const std::int64_t B = 2, seq = 64;
+  Model model(c, B, seq);
   model.init(17);
   std::mt19937_64 rng(99);
-  std::vector<std::int64_t> idx(B * Tn);
+  std::vector<std::int64_t> idx(B * seq);
   for (auto& t : idx) t = std::int64_t(rng() % 256);
-  model.forward(idx.data(), nullptr, B, Tn);
+  model.forward(idx.data(), nullptr, B, seq);
   std::vector<double> means;
   for (std::int64_t l = 0; l < c.n_layer; ++l) {
     const float* h = model.block_output(l);
     double sum = 0;
-    for (std::int64_t i = 0; i < B * Tn; ++i) {
+    for (std::int64_t i = 0; i < B * seq; ++i) {
       double ss = 0;
       for (std::int64_t j = 0; j < c.n_embd; ++j) ss += double(h[i * c.n_embd + j]) * h[i * c.n_embd + j];
       sum += std::sqrt(ss);
     }
-    means.push_back(sum / double(B * Tn));
+    means.push_back(sum / double(B * seq));
   }
   return means;
 }
@@ -185,8 +173,8 @@ TEST_CASE("angpt: hidden norms stay near 1 through every block at initialisation
   //    that costs each attention residual only √((0.9025 + 0.0025·0.09)/0.905) ≈ 0.9988.
   //  * angpt_attnfactor: the same, and the attention output too (× c_att).
   // Both: the mean row norm after every block within [0.85, 1.15].
-  const auto with_nu = angpt_block_norms<Transformer<float, scalar_factors, lerp_nu>>();
-  const auto attnfactor = angpt_block_norms<Transformer<float, scalar_factors_attnfactor, lerp_nu>>();
+  const auto with_nu = angpt_block_norms<Transformer<float, approx_sphere, lerp_nu>>();
+  const auto attnfactor = angpt_block_norms<Transformer<float, approx_sphere_attnfactor, lerp_nu>>();
   for (std::size_t l = 0; l < with_nu.size(); ++l) {
     INFO("block " << l << " mean row norm: angpt " << with_nu[l] << ", angpt_attnfactor " << attnfactor[l]);
     CHECK(with_nu[l] >= 0.85);
@@ -197,23 +185,23 @@ TEST_CASE("angpt: hidden norms stay near 1 through every block at initialisation
   // Without ν(α) each residual shrinks the norm by about √((1−α)² + α²) ≈ 0.951
   // (α = 0.05, sub-layer output ⟂ h): after 16 residuals ≈ 0.45. Measured: the
   // last block's mean norm falls below 0.6, i.e. it drifts by more than 40%.
-  const auto without_nu = angpt_block_norms<Transformer<float, scalar_factors, lerp>>();
+  const auto without_nu = angpt_block_norms<Transformer<float, approx_sphere, lerp>>();
   INFO("without nu: first block " << without_nu.front() << ", last block " << without_nu.back());
   CHECK(without_nu.back() < 0.6);
   CHECK(without_nu.back() < with_nu.back() - 0.3);
 }
 
 TEST_CASE("angpt: weights are bounded (norm <= 1) after steps, not fixed to 1", "[angpt]") {
-  const std::int64_t B = 2, Tn = 9;
-  ANGPT<double> model(small_config(), B, Tn);
+  const std::int64_t B = 2, seq = 9;
+  ANGPT<double> model(small_config(), B, seq);
   model.init(5);
   CHECK(max_constraint_violation(model.params()) < 1e-12);  // initialised at norm 1
   AdamW<double> opt(model.params(), {});
-  std::vector<std::int64_t> idx(B * Tn), tgt(B * Tn);
+  std::vector<std::int64_t> idx(B * seq), tgt(B * seq);
   double max_norm = 0, min_norm = 1e9;
   for (int step = 0; step < 5; ++step) {
     make_batch(idx, tgt, 23, step);
-    train_step(model, opt, idx.data(), tgt.data(), B, Tn, 0.05, 0.0);
+    train_step(model, opt, idx.data(), tgt.data(), B, seq, 0.05, 0.0);
   }
   for (const ParamSpec& s : model.params().specs()) {
     if (s.axis != NormAxis::rows) continue;
@@ -268,16 +256,16 @@ TEST_CASE("decode: KV-cache logits equal a full forward's, for every variant", "
         (
             [&] {
               using Model = typename decltype(tags)::template model<double>;
-              const std::int64_t Tn = 7, V = 23;
-              Model model(small_config(), 1, Tn);
+              const std::int64_t seq = 7, V = 23;
+              Model model(small_config(), 1, seq);
               model.init(3);
-              std::vector<std::int64_t> idx(Tn);
-              for (std::int64_t t = 0; t < Tn; ++t) idx[t] = (t * 5 + 2) % V;
-              model.forward(idx.data(), nullptr, 1, Tn);
-              const std::vector<double> full(model.logits(), model.logits() + Tn * V);
+              std::vector<std::int64_t> idx(seq);
+              for (std::int64_t t = 0; t < seq; ++t) idx[t] = (t * 5 + 2) % V;
+              model.forward(idx.data(), nullptr, 1, seq);
+              const std::vector<double> full(model.logits(), model.logits() + seq * V);
               auto cache = model.make_kv_cache();
               double worst = 0;
-              for (std::int64_t t = 0; t < Tn; ++t) {
+              for (std::int64_t t = 0; t < seq; ++t) {
                 const double* lg = model.decode_step(idx[t], cache);
                 for (std::int64_t j = 0; j < V; ++j) worst = std::max(worst, std::abs(lg[j] - full[t * V + j]));
               }
@@ -297,14 +285,14 @@ TEST_CASE("determinism: a training step gives the same bits wherever the heap pl
   // was seen: the master-copy test above failed when another test ran first).
   // Every long-lived buffer is now 64-byte aligned; shifting the heap with
   // blocks of every size class between models must not change a bit.
-  const std::int64_t B = 2, Tn = 9;
-  std::vector<std::int64_t> idx(B * Tn), tgt(B * Tn);
+  const std::int64_t B = 2, seq = 9;
+  std::vector<std::int64_t> idx(B * seq), tgt(B * seq);
   auto run = [&](NGPT<float>& model) {
     model.init(7);
     AdamW<float> opt(model.params(), {});
     for (int step = 0; step < 3; ++step) {
       make_batch(idx, tgt, 23, step);
-      train_step(model, opt, idx.data(), tgt.data(), B, Tn, 0.05, 1.0);
+      train_step(model, opt, idx.data(), tgt.data(), B, seq, 0.05, 1.0);
     }
     CHECK(reinterpret_cast<std::uintptr_t>(model.params().value()) % kBufferAlignment == 0);
     CHECK(reinterpret_cast<std::uintptr_t>(model.params().grad()) % kBufferAlignment == 0);
@@ -312,12 +300,12 @@ TEST_CASE("determinism: a training step gives the same bits wherever the heap pl
     CHECK(reinterpret_cast<std::uintptr_t>(opt.exp_avg_sq().data()) % kBufferAlignment == 0);
     return model.params().values();
   };
-  NGPT<float> first(small_config(), B, Tn);
+  NGPT<float> first(small_config(), B, seq);
   const auto reference = run(first);
   std::vector<std::unique_ptr<char[]>> shifts;
   for (int k = 1; k <= 8; ++k) {
     shifts.emplace_back(new char[std::size_t(4 * k + 1)]);  // moves later blocks by 16-byte steps
-    NGPT<float> again(small_config(), B, Tn);
+    NGPT<float> again(small_config(), B, seq);
     INFO("heap shifted by " << k << " small blocks");
     CHECK(run(again) == reference);
   }
@@ -335,14 +323,14 @@ aligned_vector<float> steps_with_threads(int threads) {
   c.n_embd = 192;
   c.n_head = 3;
   c.n_layer = 2;
-  const std::int64_t B = 4, Tn = 64;  // 256 rows × 192: every GEMM and row kernel takes its threaded path
-  Model model(c, B, Tn);
+  const std::int64_t B = 4, seq = 64;  // 256 rows × 192: every GEMM and row kernel takes its threaded path
+  Model model(c, B, seq);
   model.init(11);
   AdamW<float> opt(model.params(), {});
-  std::vector<std::int64_t> idx(B * Tn), tgt(B * Tn);
+  std::vector<std::int64_t> idx(B * seq), tgt(B * seq);
   for (int step = 0; step < 2; ++step) {
     make_batch(idx, tgt, c.vocab_size, step);
-    train_step(model, opt, idx.data(), tgt.data(), B, Tn, 0.01, 1.0);
+    train_step(model, opt, idx.data(), tgt.data(), B, seq, 0.01, 1.0);
   }
 #ifdef _OPENMP
   omp_set_num_threads(before);
@@ -387,19 +375,19 @@ TEST_CASE("ngpt_fixedscales: at initialisation it computes nGPT's function (the 
           "effective values)", "[ngpt]") {
   // Matrices draw the same random numbers (scales consume none), so with every
   // scale at its initial value the two models are the same function.
-  const std::int64_t B = 2, Tn = 9;
-  std::vector<std::int64_t> idx(B * Tn), tgt(B * Tn);
+  const std::int64_t B = 2, seq = 9;
+  std::vector<std::int64_t> idx(B * seq), tgt(B * seq);
   make_batch(idx, tgt, 23, 0);
-  variants::ngpt_fixedscales::model<double> fixed(small_config(), B, Tn);
-  NGPT<double> full(small_config(), B, Tn);
+  variants::ngpt_fixedscales::model<double> fixed(small_config(), B, seq);
+  NGPT<double> full(small_config(), B, seq);
   fixed.init(12);
   full.init(12);
-  const double lf = fixed.forward(idx.data(), tgt.data(), B, Tn);
-  const double ln = full.forward(idx.data(), tgt.data(), B, Tn);
+  const double lf = fixed.forward(idx.data(), tgt.data(), B, seq);
+  const double ln = full.forward(idx.data(), tgt.data(), B, seq);
   CHECK(lf == Approx(ln).epsilon(1e-14));
   // One step later nGPT's scales have moved and the fixed ones have not: the losses differ.
   AdamW<double> of(fixed.params(), {}), on(full.params(), {});
-  train_step(fixed, of, idx.data(), tgt.data(), B, Tn, 1e-2, 1.0);
-  train_step(full, on, idx.data(), tgt.data(), B, Tn, 1e-2, 1.0);
-  CHECK(fixed.forward(idx.data(), tgt.data(), B, Tn) != full.forward(idx.data(), tgt.data(), B, Tn));
+  train_step(fixed, of, idx.data(), tgt.data(), B, seq, 1e-2, 1.0);
+  train_step(full, on, idx.data(), tgt.data(), B, seq, 1e-2, 1.0);
+  CHECK(fixed.forward(idx.data(), tgt.data(), B, seq) != full.forward(idx.data(), tgt.data(), B, seq));
 }

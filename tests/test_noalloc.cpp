@@ -114,20 +114,20 @@ long allocations_in_steady_state(int warmup, int steps) {
   mc.n_embd = 128;
   mc.n_head = 4;
   mc.n_layer = 2;
-  const std::int64_t B = 4, Tn = 64;
-  Model model(mc, B, Tn);
+  const std::int64_t B = 4, seq = 64;
+  Model model(mc, B, seq);
   model.init(7);
   AdamW<T> opt(model.params(), AdamWConfig{});
-  std::vector<std::int64_t> idx(B * Tn), tgt(B * Tn);
+  std::vector<std::int64_t> idx(B * seq), tgt(B * seq);
   std::mt19937_64 rng(3);
   for (std::size_t i = 0; i < idx.size(); ++i) {
     idx[i] = std::int64_t(rng() % 256);
     tgt[i] = std::int64_t(rng() % 256);
   }
-  for (int s = 0; s < warmup; ++s) train_step(model, opt, idx.data(), tgt.data(), B, Tn, 1e-3, 1.0);
+  for (int s = 0; s < warmup; ++s) train_step(model, opt, idx.data(), tgt.data(), B, seq, 1e-3, 1.0);
   const long before = g_allocations.load();
   double sink = 0;
-  for (int s = 0; s < steps; ++s) sink += train_step(model, opt, idx.data(), tgt.data(), B, Tn, 1e-3, 1.0).loss;
+  for (int s = 0; s < steps; ++s) sink += train_step(model, opt, idx.data(), tgt.data(), B, seq, 1e-3, 1.0).loss;
   const long after = g_allocations.load();
   REQUIRE(std::isfinite(sink));
   return after - before;

@@ -34,9 +34,9 @@ TEMPLATE_LIST_TEST_CASE("precision: float32 loss and gradients agree with the fl
   mc.n_embd = 64;
   mc.n_head = 2;
   mc.n_layer = 2;
-  const std::int64_t B = 2, Tn = 96;
-  typename TestType::template model<double> m64(mc, B, Tn);
-  typename TestType::template model<float> m32(mc, B, Tn);
+  const std::int64_t B = 2, seq = 96;
+  typename TestType::template model<double> m64(mc, B, seq);
+  typename TestType::template model<float> m32(mc, B, seq);
   m64.init(11);
   // Perturb every parameter (the learned scales and α start constant) so each
   // gradient path carries distinct values, then copy the same numbers to float.
@@ -47,13 +47,13 @@ TEMPLATE_LIST_TEST_CASE("precision: float32 loss and gradients agree with the fl
   for (std::size_t i = 0; i < m64.params().size(); ++i) m32.params().values()[i] = float(m64.params().values()[i]);
   for (std::size_t i = 0; i < m64.params().size(); ++i) m64.params().values()[i] = double(m32.params().values()[i]);
 
-  std::vector<std::int64_t> idx(B * Tn), tgt(B * Tn);
+  std::vector<std::int64_t> idx(B * seq), tgt(B * seq);
   for (std::size_t i = 0; i < idx.size(); ++i) {
     idx[i] = std::int64_t(rng() % 64);
     tgt[i] = std::int64_t(rng() % 64);
   }
-  const double l64 = m64.forward(idx.data(), tgt.data(), B, Tn);
-  const double l32 = m32.forward(idx.data(), tgt.data(), B, Tn);
+  const double l64 = m64.forward(idx.data(), tgt.data(), B, seq);
+  const double l32 = m32.forward(idx.data(), tgt.data(), B, seq);
   m64.backward();
   m32.backward();
   INFO("variant " << TestType::name << ": loss " << l64 << " vs " << l32);

@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "normlab/backend/cuda/backend.hpp"
+#include "normlab/backend/cuda/device_context.hpp"
 #include "normlab/backend/cuda/kernels.hpp"
 #include "normlab/backend/cuda/cuda_backend.hpp"
 #include "normlab/model/transformer.hpp"
@@ -56,8 +56,8 @@ double table_peak(const std::string& name) {
   return 0;
 }
 
-Backend& backend() {
-  static Backend be;  // one per benchmark process
+DeviceContext& backend() {
+  static DeviceContext be;  // one per benchmark process
   return be;
 }
 std::string device_name() {
@@ -116,7 +116,7 @@ double flops_per_token(const ModelConfig& c, std::int64_t T) {
 template <class Tag>
 void train_step_bench(benchmark::State& state, const char* variant) {
   using Model = typename Tag::template model<float, cuda_backend>;
-  Backend& be = backend();
+  DeviceContext& be = backend();
   cuda::use(be);
   const ModelConfig mc = bench_config();
   const std::int64_t B = opts.batch, T = kSeq, N = B * T;
@@ -164,7 +164,7 @@ void BM_TrainStep_ngpt(benchmark::State& s) { train_step_bench<variants::ngpt>(s
 void BM_TrainStep_angpt(benchmark::State& s) { train_step_bench<variants::angpt>(s, "angpt"); }
 
 // Random values in a storage buffer (uploaded once as float, converted on the device).
-void fill(Backend& be, Dtype dt, void* dst, std::int64_t n, double scale, double shift, std::uint64_t seed) {
+void fill(DeviceContext& be, Dtype dt, void* dst, std::int64_t n, double scale, double shift, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> nd(0.f, 1.f);
   std::vector<float> h(static_cast<std::size_t>(n));
@@ -177,7 +177,7 @@ void fill(Backend& be, Dtype dt, void* dst, std::int64_t n, double scale, double
 
 template <class F>
 void time_kernel(benchmark::State& state, const std::string& name, double bytes, F&& launch) {
-  Backend& be = backend();
+  DeviceContext& be = backend();
   launch();  // warm-up
   EventTimer ev;
   double total = 0;
@@ -198,7 +198,7 @@ void time_kernel(benchmark::State& state, const std::string& name, double bytes,
 void BM_Copy(benchmark::State& state) {
   const std::size_t bytes = std::size_t(1) << 30;
   DeviceBuffer a(bytes), b(bytes);
-  Backend& be = backend();
+  DeviceContext& be = backend();
   be.fill_bytes(a.get(), 1, bytes);
   time_kernel(state, "copy", 2.0 * double(bytes), [&] {
     NORMLAB_CUDA_CHECK(cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice, be.stream()));
@@ -207,7 +207,7 @@ void BM_Copy(benchmark::State& state) {
 
 void BM_Gemm(benchmark::State& state) {
   const std::int64_t n = state.range(0);
-  Backend& be = backend();
+  DeviceContext& be = backend();
   DeviceBuffer x(n * n * 2), w(n * n * 2), y(n * n * 2);
   fill(be, Dtype::bf16, x.get(), n * n, 1.0, 0.0, 1);
   fill(be, Dtype::bf16, w.get(), n * n, 1.0, 0.0, 2);
@@ -231,7 +231,7 @@ void BM_Gemm(benchmark::State& state) {
 
 // The fused row kernels at the training step's shapes (bf16, N = 8·1024 tokens).
 void BM_Kernel(benchmark::State& state, const std::string& name) {
-  Backend& be = backend();
+  DeviceContext& be = backend();
   const Dtype dt = Dtype::bf16;
   const std::int64_t N = opts.batch * kSeq, C = 1024, H = 16, D = 64, F = 4 * C, V = 50304;
   const double es = 2;

@@ -9,7 +9,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include <normlab/train/driver.hpp>
+#include <normlab/app/driver.hpp>
 
 #include "my_optimizer.hpp"
 #include "my_policies.hpp"

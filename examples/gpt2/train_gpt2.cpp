@@ -1,7 +1,7 @@
 // train-<variant> for the GPT-2 block and nGPT on its shapes (or normlab's gpt / ngpt, the table's
 // anchors): normlab's driver instantiated on a tag from gpt2.hpp. CMake
 // compiles this file once per variant with MY_TRAIN_VARIANT set.
-#include <normlab/train/driver.hpp>
+#include <normlab/app/driver.hpp>
 
 #include "gpt2.hpp"
 

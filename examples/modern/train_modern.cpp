@@ -1,7 +1,7 @@
 // train-<variant> for the modern block (or normlab's gpt / ngpt, the table's
 // anchors): normlab's driver instantiated on a tag from modern.hpp. CMake
 // compiles this file once per variant with MY_TRAIN_VARIANT set.
-#include <normlab/train/driver.hpp>
+#include <normlab/app/driver.hpp>
 
 #include "modern.hpp"
 

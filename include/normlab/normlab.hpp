@@ -3,7 +3,7 @@
 // user's own policy implements: nn/context.hpp, docs/extending.md), the optimizer, the
 // training step, data and batches, checkpoints, named variants, gradient
 // checks and safetensors I/O (Eigen and nlohmann-json). Not included here:
-// the command-line driver (normlab/train/driver.hpp, needs CLI11), the
+// the command-line driver (normlab/app/driver.hpp, needs CLI11), the
 // diagnostics (normlab/diag/diagnostics.hpp) and the CUDA backend
 // (normlab/backend/cuda/, nvcc builds only). docs/library.md walks through it.
 #include "normlab/core/error.hpp"

@@ -5,7 +5,7 @@ include(${CMAKE_CURRENT_LIST_DIR}/../run_checked.cmake)
 include(${CMAKE_CURRENT_LIST_DIR}/../install_normlab.cmake)
 install_normlab(OFF)
 run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/consumer -B ${WORK_DIR}/consumer-build -G ${GENERATOR}
-    -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix -DCMAKE_BUILD_TYPE=Release)
+    -DCMAKE_PREFIX_PATH=${NORMLAB_PREFIX} -DCMAKE_BUILD_TYPE=Release)
 run(${CMAKE_COMMAND} --build ${WORK_DIR}/consumer-build)
 run(${WORK_DIR}/consumer-build/consumer)
 message(STATUS "consumer built and ran against the installed normlab")
@@ -13,7 +13,7 @@ if(EXAMPLES)
   # examples/ copied out of the tree, as a user would, and built against the package.
   file(COPY ${SOURCE_DIR}/examples/ DESTINATION ${WORK_DIR}/examples-copy)
   run(${CMAKE_COMMAND} -S ${WORK_DIR}/examples-copy -B ${WORK_DIR}/examples-build -G ${GENERATOR}
-      -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix -DCMAKE_BUILD_TYPE=Release)
+      -DCMAKE_PREFIX_PATH=${NORMLAB_PREFIX} -DCMAKE_BUILD_TYPE=Release)
   run(${CMAKE_COMMAND} --build ${WORK_DIR}/examples-build)
   run(${WORK_DIR}/examples-build/library_tour ${WORK_DIR}/tour)
   run(${WORK_DIR}/examples-build/train_tiny --steps 5)

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "normlab/backend/cuda/backend.hpp"
+#include "normlab/backend/cuda/device_context.hpp"
 #include "normlab/backend/cuda/kernels.hpp"
 
 namespace normlab::cuda::test {
@@ -140,8 +140,8 @@ inline std::vector<double> random_vec(std::mt19937_64& rng, std::size_t n, doubl
 // A device tensor in storage dt (or float32 when dt is f32 and `as_f32`), filled from host doubles.
 class DTensor {
  public:
-  DTensor(Backend& be, Dtype dt, std::size_t n) : be_(&be), dt_(dt), n_(n), buf_(n * dtype_size(dt)) {}
-  DTensor(Backend& be, Dtype dt, const std::vector<double>& host) : DTensor(be, dt, host.size()) { set(host); }
+  DTensor(DeviceContext& be, Dtype dt, std::size_t n) : be_(&be), dt_(dt), n_(n), buf_(n * dtype_size(dt)) {}
+  DTensor(DeviceContext& be, Dtype dt, const std::vector<double>& host) : DTensor(be, dt, host.size()) { set(host); }
   void set(const std::vector<double>& host) {
     std::vector<float> f(host.begin(), host.end());
     DeviceBuffer tmp(f.size() * 4);
@@ -161,7 +161,7 @@ class DTensor {
   std::size_t size() const { return n_; }
 
  private:
-  Backend* be_;
+  DeviceContext* be_;
   Dtype dt_;
   std::size_t n_;
   DeviceBuffer buf_;

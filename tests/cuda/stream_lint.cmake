@@ -1,5 +1,5 @@
 # Refuses host<->device copies and fills that bypass the CUDA backend's stream.
-# cuda::Backend's stream is non-blocking: it does not wait for the legacy default
+# cuda::DeviceContext's stream is non-blocking: it does not wait for the legacy default
 # stream, and a synchronous cudaMemcpy from pageable memory may return before its
 # DMA lands, so a kernel enqueued next on our stream can read stale memory. Every
 # transfer must go through Backend::upload/download/fill_bytes (or an *Async call

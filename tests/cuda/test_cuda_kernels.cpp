@@ -39,14 +39,14 @@ namespace {
 
 double tol(Dtype dt) { return dt == Dtype::f32 ? 1e-5 : 2e-2; }
 std::string tag(Dtype dt, const std::string& what) { return std::string(dtype_name(dt)) + " " + what; }
-Vec f32_vec(Backend& be, const float* p, std::size_t n) {
+Vec f32_vec(DeviceContext& be, const float* p, std::size_t n) {
   std::vector<float> h(n);
   be.download(h.data(), p, n * 4);
   return Vec(h.begin(), h.end());
 }
 Vec rounded32(Vec v) { return rounded(Dtype::f32, std::move(v)); }
 
-void test_gemm(Backend& be, Dtype dt, Tally& t, std::mt19937_64& rng) {
+void test_gemm(DeviceContext& be, Dtype dt, Tally& t, std::mt19937_64& rng) {
   for (auto [N, in, out] : {std::array<std::int64_t, 3>{37, 24, 40}, std::array<std::int64_t, 3>{64, 128, 96}}) {
     const Vec X = rounded(dt, test::random_vec(rng, N * in)), W = rounded(dt, test::random_vec(rng, out * in));
     const Vec dY = rounded(dt, test::random_vec(rng, N * out)), W0 = rounded32(test::random_vec(rng, out * in));
@@ -65,7 +65,7 @@ void test_gemm(Backend& be, Dtype dt, Tally& t, std::mt19937_64& rng) {
   }
 }
 
-void test_rmsnorm(Backend& be, Dtype dt, Tally& t, std::mt19937_64& rng) {
+void test_rmsnorm(DeviceContext& be, Dtype dt, Tally& t, std::mt19937_64& rng) {
   const std::int64_t N = 45, C = 80;
   const Vec X = rounded(dt, test::random_vec(rng, N * C, 1.5)), Wt = rounded32(test::random_vec(rng, C, 0.2, 1.0));
   const Vec dY = rounded(dt, test::random_vec(rng, N * C)), DX0 = rounded(dt, test::random_vec(rng, N * C));
@@ -86,7 +86,7 @@ void test_rmsnorm(Backend& be, Dtype dt, Tally& t, std::mt19937_64& rng) {
 }
 
 template <class Rule>
-void test_residual(Backend& be, Dtype dt, ResidualKind kind, const char* name, Tally& t, std::mt19937_64& rng) {
+void test_residual(DeviceContext& be, Dtype dt, ResidualKind kind, const char* name, Tally& t, std::mt19937_64& rng) {
   const std::int64_t N = 43, C = 72;
   using Ops = cpu::ResidualKernels<Rule::math, double>;
   const Vec Hh = rounded(dt, test::random_vec(rng, N * C, 0.3)), Ff = rounded(dt, test::random_vec(rng, N * C, 0.3));
@@ -120,7 +120,7 @@ void test_residual(Backend& be, Dtype dt, ResidualKind kind, const char* name, T
   t.rel(tag(dt, std::string(name) + " backward dalpha"), dal.get(), rdal, tol(dt));
 }
 
-void test_qk(Backend& be, Dtype dt, Tally& t, std::mt19937_64& rng) {
+void test_qk(DeviceContext& be, Dtype dt, Tally& t, std::mt19937_64& rng) {
   for (auto [B, T, H, D] : {std::array<std::int64_t, 4>{2, 37, 4, 8}, std::array<std::int64_t, 4>{1, 20, 2, 128}}) {
     const std::int64_t N = B * T, C = H * D;
     std::vector<float> cf(T * D / 2), sf(cf.size());
@@ -170,7 +170,7 @@ void test_qk(Backend& be, Dtype dt, Tally& t, std::mt19937_64& rng) {
   }
 }
 
-void test_attention(Backend& be, Dtype dt, Tally& t, std::mt19937_64& rng) {
+void test_attention(DeviceContext& be, Dtype dt, Tally& t, std::mt19937_64& rng) {
   // The last two with a sliding window (W < T, spanning several 32-key tiles).
   for (auto [B, T, H, D, sc, W] :
        {std::array<double, 6>{2, 37, 3, 8, 0, 0}, std::array<double, 6>{1, 70, 2, 64, 1, 0},
@@ -202,7 +202,7 @@ void test_attention(Backend& be, Dtype dt, Tally& t, std::mt19937_64& rng) {
   }
 }
 
-void test_swiglu(Backend& be, Dtype dt, Tally& t, std::mt19937_64& rng) {
+void test_swiglu(DeviceContext& be, Dtype dt, Tally& t, std::mt19937_64& rng) {
   const std::int64_t N = 29, F = 48;
   const Vec UV = rounded(dt, test::random_vec(rng, N * 2 * F, 1.5)), S = rounded32(test::random_vec(rng, 2 * F, 0.3, 1.0));
   const Vec dA = rounded(dt, test::random_vec(rng, N * F)), G0 = rounded32(test::random_vec(rng, 2 * F));
@@ -228,7 +228,7 @@ void test_swiglu(Backend& be, Dtype dt, Tally& t, std::mt19937_64& rng) {
   }
 }
 
-void test_cross_entropy(Backend& be, Dtype dt, Tally& t, std::mt19937_64& rng) {
+void test_cross_entropy(DeviceContext& be, Dtype dt, Tally& t, std::mt19937_64& rng) {
   for (std::int64_t V : {67, 1100}) {
     const std::int64_t N = 19;
     const Vec raw = rounded(dt, test::random_vec(rng, N * V, 2.0)), sz = rounded32(test::random_vec(rng, V, 0.2, 1.0));
@@ -259,7 +259,7 @@ void test_cross_entropy(Backend& be, Dtype dt, Tally& t, std::mt19937_64& rng) {
   }
 }
 
-void test_embedding(Backend& be, Dtype dt, Tally& t, std::mt19937_64& rng) {
+void test_embedding(DeviceContext& be, Dtype dt, Tally& t, std::mt19937_64& rng) {
   const std::int64_t N = 50, C = 40, V = 13;
   const Vec W = rounded(dt, test::random_vec(rng, V * C)), dO = rounded(dt, test::random_vec(rng, N * C));
   std::vector<std::int64_t> idx(N);
@@ -295,7 +295,7 @@ void test_embedding(Backend& be, Dtype dt, Tally& t, std::mt19937_64& rng) {
   t.rel(tag(dt, "embedding backward (accumulated)"), g.get(), rg, 1e-6);
 }
 
-void test_adamw(Backend& be, Dtype dt, Tally& t, std::mt19937_64& rng) {
+void test_adamw(DeviceContext& be, Dtype dt, Tally& t, std::mt19937_64& rng) {
   struct Case {
     NormAxis axis;
     WeightConstraint w;
@@ -355,7 +355,7 @@ void test_adamw(Backend& be, Dtype dt, Tally& t, std::mt19937_64& rng) {
   }
 }
 
-void test_sum_squares(Backend& be, Tally& t, std::mt19937_64& rng) {
+void test_sum_squares(DeviceContext& be, Tally& t, std::mt19937_64& rng) {
   for (std::int64_t n : {1, 1000, 300001}) {
     const Vec x = rounded32(test::random_vec(rng, std::size_t(n)));
     DTensor dx(be, Dtype::f32, x);
@@ -372,7 +372,7 @@ void test_sum_squares(Backend& be, Tally& t, std::mt19937_64& rng) {
 
 int main() {
   return cuda::test::run_test("test_cuda_kernels", [] {
-    Backend be;
+    DeviceContext be;
     Tally t;
     t.test = "test_cuda_kernels";
     std::mt19937_64 rng(20261130);

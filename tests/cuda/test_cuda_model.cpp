@@ -29,6 +29,7 @@
 #include "normlab/train/variants.hpp"
 
 using namespace normlab;
+#include "../support.hpp"
 using cuda::test::download;
 using cuda::test::random_tokens;
 using cuda::test::Tally;
@@ -37,14 +38,7 @@ namespace {
 
 std::string golden(const std::string& name) { return std::string(NORMLAB_TEST_DATA_DIR) + "/golden/" + name; }
 
-ModelConfig small_config() {
-  ModelConfig c;
-  c.vocab_size = 67;
-  c.n_embd = 64;
-  c.n_head = 4;
-  c.n_layer = 2;
-  return c;
-}
+ModelConfig small_config() { return test::small_config(67, 64, 4, 2); }
 
 // The open block's shapes, as a user's tags would name them (examples/gpt2,
 // examples/modern), with the config each needs.
@@ -306,7 +300,7 @@ void check_deterministic(Tally& t) {
 
 int main() {
   return cuda::test::run_test("test_cuda_model", [] {
-    cuda::Backend be;
+    cuda::DeviceContext be;
     cuda::use(be);
     Tally t;
     t.test = "test_cuda_model";

@@ -34,6 +34,7 @@
 #include "normlab/train/variants.hpp"
 
 using namespace normlab;
+#include "../support.hpp"
 using cuda::test::download;
 using cuda::test::random_tokens;
 using cuda::test::Tally;
@@ -41,18 +42,8 @@ using Comm = dist::NcclComm<dist::SingleProcess>;
 
 namespace {
 
-ModelConfig small_config() {
-  ModelConfig c;
-  c.vocab_size = 300;
-  c.n_embd = 64;
-  c.n_head = 4;
-  c.n_layer = 2;
-  return c;
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
+ModelConfig small_config() { return test::small_config(300, 64, 4, 2); }
+using test::same_bits;
 
 struct Run {
   std::vector<double> losses, norms;
@@ -162,7 +153,7 @@ void check(Comm& comm, Tally& t) {
 
 int main() {
   return cuda::test::run_test("test_cuda_nccl", [] {
-    cuda::Backend be;
+    cuda::DeviceContext be;
     cuda::use(be);
     Comm comm;
     Tally t;

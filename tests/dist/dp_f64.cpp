@@ -11,7 +11,7 @@
 #include <tuple>
 
 #include "normlab/dist/mpi.hpp"
-#include "normlab/train/driver.hpp"
+#include "normlab/app/driver.hpp"
 
 // The variants this build instantiates (a sanitized build takes only its trainers').
 #ifndef NORMLAB_DP_F64_VARIANTS

@@ -10,7 +10,7 @@
 # anGPT with --accum 2 spikes to loss 11.8 (gradient norm 207) at steps 6-9 of
 # this run and the difference grows there: to 1.1e-5 absolute (9.3e-7 relative)
 # with the AVX-512 GEMM kernels' first blocking (256-deep K-slabs), to 2.1e-6
-# (2.2e-7 relative) with today's 512-deep slabs (docs/perf.md change 22), back to
+# (2.2e-7 relative) with today's 512-deep slabs (docs/perf.md change 24), back to
 # 1e-7 by step 13; the other 9 variants: <= 8.8e-8 absolute. Gradient norms: bar
 # 1e-5 relative (measured <= 2.5e-6, in the same spike).
 set -euo pipefail

@@ -6,7 +6,7 @@
 // before the ranks compare parameters) on a machine without a GPU
 // (tests/dist/device_memory.sh).
 #include "normlab/dist/mpi.hpp"
-#include "normlab/train/driver.hpp"
+#include "normlab/app/driver.hpp"
 #include "../separate_memory_backend.hpp"
 
 static_assert(!normlab::testing::separate_memory_backend::host_memory);

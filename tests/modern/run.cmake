@@ -15,7 +15,7 @@ include(${CMAKE_CURRENT_LIST_DIR}/../install_normlab.cmake)
 install_normlab(ON)
 file(COPY ${SOURCE_DIR}/examples/modern/ DESTINATION ${WORK_DIR}/project)
 run(${CMAKE_COMMAND} -S ${WORK_DIR}/project -B ${WORK_DIR}/build -G ${GENERATOR}
-    -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix -DCMAKE_BUILD_TYPE=Release)
+    -DCMAKE_PREFIX_PATH=${NORMLAB_PREFIX} -DCMAKE_BUILD_TYPE=Release)
 run(${CMAKE_COMMAND} --build ${WORK_DIR}/build)
 
 run(${WORK_DIR}/build/check_modern)

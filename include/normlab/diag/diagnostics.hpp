@@ -35,9 +35,9 @@
 #include <utility>
 #include <vector>
 
-#include <nlohmann/json.hpp>
 
 #include "normlab/core/error.hpp"
+#include "normlab/diag/linalg.hpp"
 #include "normlab/io/safetensors.hpp"
 #include "normlab/nn/params.hpp"
 #include "normlab/train/checkpoint.hpp"
@@ -45,151 +45,6 @@
 #include "normlab/train/variants.hpp"
 
 namespace normlab::diag {
-
-// ============================================================== linear algebra
-
-// Singular values (or eigenvalues), largest first.
-struct Spectrum {
-  std::vector<double> values;
-  double max() const { return values.empty() ? std::nan("") : values.front(); }
-  double min() const { return values.empty() ? std::nan("") : values.back(); }
-};
-
-inline void require_finite(const Eigen::MatrixXd& M, const std::string& what) {
-  if (!M.allFinite()) throw Error(what + " has non-finite entries (NaN or inf)");
-}
-
-// The two eigen-solvers (Eigen's BDCSVD and SelfAdjointEigenSolver) are most of
-// this header's compile time at -O3. A program that links normlab_diag
-// (NORMLAB_PREBUILT_DIAG) gets them compiled once (src/diag_spectra.cpp);
-// without it they are inline here, header-only as ever.
-#if defined(NORMLAB_DIAG_LIBRARY_SOLVERS)
-#define NORMLAB_DIAG_SOLVER
-#define NORMLAB_DIAG_SOLVER_BODIES 1
-#elif defined(NORMLAB_PREBUILT_DIAG) || defined(NORMLAB_DIAG_LIBRARY_CHECKPOINT)
-#define NORMLAB_DIAG_SOLVER
-#define NORMLAB_DIAG_SOLVER_BODIES 0
-#else
-#define NORMLAB_DIAG_SOLVER inline
-#define NORMLAB_DIAG_SOLVER_BODIES 1
-#endif
-// All min(rows, cols) singular values of M, descending (Eigen::BDCSVD, values only).
-NORMLAB_DIAG_SOLVER Spectrum singular_values(const Eigen::MatrixXd& M);
-
-// σmax / σmin; +inf when σmin is 0 (rank-deficient), NaN for an empty spectrum.
-inline double condition_number(const Spectrum& s) {
-  if (s.values.empty()) return std::nan("");
-  if (!(s.min() > 0)) return std::numeric_limits<double>::infinity();
-  return s.max() / s.min();
-}
-inline double condition_number(const Eigen::MatrixXd& M) { return condition_number(singular_values(M)); }
-
-// exp(−Σ p_i log p_i) with p_i = σ_i / Σσ (0 log 0 = 0): between 1 (one
-// direction carries everything) and min(rows, cols) (a flat spectrum). 0 for a
-// zero matrix.
-inline double effective_rank(const Spectrum& s) {
-  double total = 0;
-  for (double v : s.values) total += v;
-  if (!(total > 0)) return 0.0;
-  double h = 0;
-  for (double v : s.values) {
-    const double p = v / total;
-    if (p > 0) h -= p * std::log(p);
-  }
-  return std::exp(h);
-}
-inline double effective_rank(const Eigen::MatrixXd& M) { return effective_rank(singular_values(M)); }
-
-// Distribution of a set of norms: extremes, quartiles (linear interpolation
-// between order statistics, numpy's default) and mean.
-struct NormStats {
-  std::size_t count = 0;
-  double min = std::nan(""), q1 = std::nan(""), median = std::nan(""), q3 = std::nan(""), max = std::nan("");
-  double mean = std::nan("");
-  double spread() const { return max - min; }
-  double relative_spread() const { return median > 0 ? (max - min) / median : std::nan(""); }
-};
-using RowNormStats = NormStats;
-
-inline NormStats norm_stats(std::vector<double> v) {
-  NormStats s;
-  s.count = v.size();
-  if (v.empty()) return s;
-  std::sort(v.begin(), v.end());
-  auto quantile = [&](double p) {
-    const double h = double(v.size() - 1) * p;
-    const auto lo = static_cast<std::size_t>(std::floor(h));
-    const std::size_t hi = std::min(lo + 1, v.size() - 1);
-    return v[lo] + (h - double(lo)) * (v[hi] - v[lo]);
-  };
-  s.min = v.front();
-  s.max = v.back();
-  s.q1 = quantile(0.25);
-  s.median = quantile(0.5);
-  s.q3 = quantile(0.75);
-  double sum = 0;
-  for (double x : v) sum += x;
-  s.mean = sum / double(v.size());
-  return s;
-}
-
-// Euclidean norms of the rows (columns) of M.
-inline NormStats row_norm_stats(const Eigen::MatrixXd& M) {
-  const Eigen::VectorXd n = M.rowwise().norm();
-  std::vector<double> v(static_cast<std::size_t>(n.size()));
-  Eigen::Map<Eigen::VectorXd>(v.data(), n.size()) = n;
-  return norm_stats(std::move(v));
-}
-inline NormStats col_norm_stats(const Eigen::MatrixXd& M) {
-  const Eigen::RowVectorXd n = M.colwise().norm();
-  std::vector<double> v(static_cast<std::size_t>(n.size()));
-  Eigen::Map<Eigen::RowVectorXd>(v.data(), n.size()) = n;
-  return norm_stats(std::move(v));
-}
-
-// Sample covariance (d×d) of the rows of X (n×d): rows centered on their mean,
-// divided by n − 1.
-inline Eigen::MatrixXd covariance(const Eigen::MatrixXd& X) {
-  if (X.rows() < 2) throw Error("covariance: need at least 2 rows, got " + std::to_string(X.rows()));
-  require_finite(X, "covariance: the matrix");
-  const Eigen::MatrixXd Xc = X.rowwise() - X.colwise().mean();
-  return (Xc.transpose() * Xc) / double(X.rows() - 1);
-}
-
-// Eigenvalues of the covariance, largest first, and λmax/λmin (+inf when
-// λmin ≤ 0, i.e. the rows span fewer than d directions).
-struct CovarianceSpectrum {
-  Spectrum eigenvalues;
-  double condition_number = std::nan("");
-};
-
-NORMLAB_DIAG_SOLVER CovarianceSpectrum covariance_spectrum(const Eigen::MatrixXd& X);
-
-#if NORMLAB_DIAG_SOLVER_BODIES
-NORMLAB_DIAG_SOLVER Spectrum singular_values(const Eigen::MatrixXd& M) {
-  if (M.size() == 0) throw Error("singular_values: the matrix is empty");
-  require_finite(M, "singular_values: the matrix");
-  Eigen::BDCSVD<Eigen::MatrixXd> svd(M);  // computation options 0: singular values only
-  const Eigen::VectorXd& s = svd.singularValues();
-  Spectrum out;
-  out.values.assign(s.data(), s.data() + s.size());
-  std::sort(out.values.begin(), out.values.end(), std::greater<double>());
-  return out;
-}
-
-NORMLAB_DIAG_SOLVER CovarianceSpectrum covariance_spectrum(const Eigen::MatrixXd& X) {
-  const Eigen::MatrixXd C = covariance(X);
-  Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> es(C, Eigen::EigenvaluesOnly);
-  if (es.info() != Eigen::Success) throw Error("covariance_spectrum: the eigensolver did not converge");
-  const Eigen::VectorXd& ev = es.eigenvalues();
-  CovarianceSpectrum out;
-  out.eigenvalues.values.assign(ev.data(), ev.data() + ev.size());
-  std::sort(out.eigenvalues.values.begin(), out.eigenvalues.values.end(), std::greater<double>());
-  const double lo = out.eigenvalues.min(), hi = out.eigenvalues.max();
-  out.condition_number = lo > 0 ? hi / lo : std::numeric_limits<double>::infinity();
-  return out;
-}
-#endif
 
 // ============================================================== model access
 
@@ -374,14 +229,14 @@ ActivityReport activity(Model& model, const data::TokenData& td, const DiagnoseO
   out.batches = opt.batches;
   out.batch_size = std::min(opt.batch_size, model.max_batch());
   out.seq = model.max_seq();
-  const std::int64_t B = out.batch_size, Tn = out.seq, C = c.n_embd, H = c.n_head, L = c.n_layer, N = B * Tn;
+  const std::int64_t B = out.batch_size, seq = out.seq, C = c.n_embd, H = c.n_head, L = c.n_layer, N = B * seq;
   std::vector<std::int64_t> idx(static_cast<std::size_t>(N)), tgt(idx.size());
   std::vector<double> hsum(L, 0), hmin(L, std::numeric_limits<double>::infinity()), hmax(L, 0), esum(L, 0);
   double loss = 0, usum = 0;
-  for (std::int64_t t = 0; t < Tn; ++t) usum += std::log(double(t + 1));
+  for (std::int64_t t = 0; t < seq; ++t) usum += std::log(double(t + 1));
   for (std::int64_t i = 0; i < opt.batches; ++i) {
-    data::eval_batch(td.val, B, Tn, i, idx.data(), tgt.data(), "val");
-    loss += model.forward(idx.data(), tgt.data(), B, Tn);
+    data::eval_batch(td.val, B, seq, i, idx.data(), tgt.data(), "val");
+    loss += model.forward(idx.data(), tgt.data(), B, seq);
     for (std::int64_t l = 0; l < L; ++l) {
       const T* h = model.block_output(l);
       for (std::int64_t r = 0; r < N; ++r) {
@@ -396,8 +251,8 @@ ActivityReport activity(Model& model, const data::TokenData& td, const DiagnoseO
       const T* P = probs.data();
       double e = 0;
       for (std::int64_t bh = 0; bh < B * H; ++bh)
-        for (std::int64_t t = 0; t < Tn; ++t) {
-          const T* row = P + (bh * Tn + t) * Tn;
+        for (std::int64_t t = 0; t < seq; ++t) {
+          const T* row = P + (bh * seq + t) * seq;
           for (std::int64_t s = 0; s <= t; ++s) {
             const double p = double(row[s]);
             if (p > 0) e -= p * std::log(p);
@@ -414,8 +269,8 @@ ActivityReport activity(Model& model, const data::TokenData& td, const DiagnoseO
     a.hidden_norm_mean = hsum[l] / (nb * double(N));
     a.hidden_norm_min = hmin[l];
     a.hidden_norm_max = hmax[l];
-    a.attention_entropy = esum[l] / (nb * double(B * H * Tn));
-    a.attention_entropy_uniform = usum / double(Tn);
+    a.attention_entropy = esum[l] / (nb * double(B * H * seq));
+    a.attention_entropy_uniform = usum / double(seq);
     out.layers.push_back(a);
   }
   return out;
@@ -639,291 +494,5 @@ NORMLAB_DIAG_CHECKPOINT Report diagnose_checkpoint(const std::filesystem::path& 
   }
 }
 #endif
-
-// ============================================================== output
-
-namespace detail {
-
-inline std::string num(double x, int prec = 4) {
-  if (std::isnan(x)) return "-";
-  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
-  char b[48];
-  std::snprintf(b, sizeof b, "%.*g", prec, x);
-  return b;
-}
-
-inline nlohmann::json stats_json(const NormStats& s) {
-  return {{"count", s.count}, {"min", s.min},     {"q1", s.q1},           {"median", s.median},
-          {"q3", s.q3},       {"max", s.max},     {"mean", s.mean},       {"spread", s.spread()},
-          {"relative_spread", s.relative_spread()}};
-}
-
-inline const char* axis_name(NormAxis a) {
-  return a == NormAxis::rows ? "rows" : a == NormAxis::cols ? "cols" : "none";
-}
-
-// Left-aligned in w columns, always at least one space after it.
-inline std::string pad(std::string s, std::size_t w) {
-  s.append(s.size() < w ? w - s.size() : 1, ' ');
-  return s;
-}
-// Right-aligned in w columns, always at least one space before it.
-inline std::string rpad(const std::string& s, std::size_t w) {
-  return s.size() < w ? std::string(w - s.size(), ' ') + s : " " + s;
-}
-
-}  // namespace detail
-
-// One JSON document with every figure (spectra in full). Non-finite numbers
-// (an infinite condition number) come out as null.
-inline nlohmann::json to_json(const Report& r) {
-  using nlohmann::json;
-  json j;
-  j["file"] = r.source;
-  j["variant"] = r.variant;
-  j["signature"] = r.signature;
-  j["config"] = {{"vocab_size", r.vocab_size}, {"n_embd", r.n_embd}, {"n_head", r.n_head},
-                 {"n_layer", r.n_layer},       {"base_scale", r.base_scale}};
-  j["post_hoc_normalized"] = r.post_hoc_normalized;
-  json layers = json::array();
-  for (std::int64_t l = 0; l < r.n_layer; ++l) {
-    json mats = json::object();
-    for (const auto& m : r.matrices) {
-      if (m.layer != l) continue;
-      mats[m.type] = {{"tensor", m.tensor},
-                      {"shape", {m.rows, m.cols}},
-                      {"sigma_max", m.singular_values.max()},
-                      {"sigma_min", m.singular_values.min()},
-                      {"condition_number", m.condition_number},
-                      {"effective_rank", m.effective_rank},
-                      {"singular_values", m.singular_values.values}};
-    }
-    layers.push_back({{"layer", l}, {"matrices", mats}});
-  }
-  j["layers"] = layers;
-  auto emb = [](const EmbeddingReport& e) {
-    return json{{"tensor", e.tensor},
-                {"row_norms", detail::stats_json(e.row_norms)},
-                {"covariance_condition_number", e.covariance.condition_number},
-                {"covariance_eigenvalues", e.covariance.eigenvalues.values}};
-  };
-  j["embeddings"] = {{"wte", emb(r.wte)}, {"lm_head", emb(r.lm_head)}};
-  json axes = json::array();
-  for (const auto& a : r.axis_norms)
-    axes.push_back({{"tensor", a.tensor}, {"axis", detail::axis_name(a.axis)}, {"norms", detail::stats_json(a.norms)}});
-  j["axis_norms"] = axes;
-  j["max_axis_norm_deviation"] = r.max_axis_norm_deviation();
-  json scales = json::array();
-  for (const auto& s : r.scales)
-    scales.push_back({{"tensor", s.tensor},
-                      {"kind", s.kind},
-                      {"layer", s.layer},
-                      {"role", role_name(s.role)},
-                      {"effective", s.effective},
-                      {"count", s.count},
-                      {"mean", s.mean},
-                      {"min", s.min},
-                      {"max", s.max}});
-  j["scales"] = scales;
-  if (r.activity) {
-    const ActivityReport& a = *r.activity;
-    json ls = json::array();
-    for (const auto& l : a.layers)
-      ls.push_back({{"layer", l.layer},
-                    {"hidden_norm", {{"mean", l.hidden_norm_mean}, {"min", l.hidden_norm_min}, {"max", l.hidden_norm_max}}},
-                    {"attention_entropy", l.attention_entropy},
-                    {"attention_entropy_uniform", l.attention_entropy_uniform}});
-    j["activity"] = {{"data", a.data},         {"batches", a.batches}, {"batch_size", a.batch_size},
-                     {"seq", a.seq},           {"val_loss", a.val_loss}, {"layers", ls}};
-  } else {
-    j["activity"] = nullptr;
-  }
-  return j;
-}
-
-// The headline figures, always the same rows in the same order (NaN where a
-// figure does not apply to the variant): what --compare puts side by side.
-inline std::vector<std::pair<std::string, double>> headline(const Report& r) {
-  std::vector<std::pair<std::string, double>> h;
-  const double nan = std::nan("");
-  for (const EmbeddingReport* e : {&r.wte, &r.lm_head}) {
-    const std::string n = e == &r.wte ? "wte" : "lm_head";
-    h.push_back({n + " row norm min", e->row_norms.min});
-    h.push_back({n + " row norm median", e->row_norms.median});
-    h.push_back({n + " row norm max", e->row_norms.max});
-    h.push_back({n + " row norm spread (max-min)", e->row_norms.spread()});
-    h.push_back({n + " covariance condition number", e->covariance.condition_number});
-  }
-  for (const std::string& t : matrix_types()) {
-    double cs = 0, es = 0;
-    int n = 0;
-    for (const auto& m : r.matrices)
-      if (m.type == t) {
-        cs += m.condition_number;
-        es += m.effective_rank;
-        ++n;
-      }
-    h.push_back({t + " condition number (mean over layers)", n ? cs / n : nan});
-    h.push_back({t + " effective rank (mean over layers)", n ? es / n : nan});
-  }
-  // Only a variant that constrains its matrices has a norm to keep; for the others
-  // the figure would read as a violation of a rule they do not have.
-  h.push_back({"max abs(norm - 1) along d (constrained matrices)",
-               r.constrained || r.post_hoc_normalized ? r.max_axis_norm_deviation() : nan});
-  auto mean_of = [&](auto pred) {
-    double s = 0;
-    std::size_t n = 0;
-    for (const auto& x : r.scales)
-      if (pred(x)) {
-        s += x.mean * double(x.count);
-        n += x.count;
-      }
-    return n ? s / double(n) : nan;
-  };
-  for (const char* k : {"attn_alpha", "mlp_alpha", "sqk", "suv", "sz"})
-    h.push_back({std::string(k) + " effective (mean)", mean_of([&](const ScaleReport& s) { return s.kind == k; })});
-  h.push_back({"RMSNorm gain (mean)", mean_of([](const ScaleReport& s) { return s.role == ParamRole::gain; })});
-  const ActivityReport* a = r.activity ? &*r.activity : nullptr;
-  h.push_back({"val loss (nats/token)", a ? a->val_loss : nan});
-  double ent = nan, last = nan;
-  if (a && !a->layers.empty()) {
-    ent = 0;
-    for (const auto& l : a->layers) ent += l.attention_entropy;
-    ent /= double(a->layers.size());
-    last = a->layers.back().hidden_norm_mean;
-  }
-  h.push_back({"attention entropy (mean over layers, nats)", ent});
-  h.push_back({"hidden norm after the last block (mean)", last});
-  return h;
-}
-
-// Markdown table, one column per report; rows that apply to none are left out.
-inline std::string compare_markdown(const std::vector<Report>& reports) {
-  auto cell = [](const std::string& s) {  // a '|' inside a cell would split it
-    std::string o;
-    o.reserve(s.size() + 4);
-    for (char ch : s) {
-      if (ch == '|') o.push_back('\\');
-      o.push_back(ch);
-    }
-    return o;
-  };
-  std::string out = "| figure |";
-  std::string rule = "|---|";
-  for (const auto& r : reports) {
-    out.append(" ").append(cell(r.source)).append(" |");
-    rule += "---:|";
-  }
-  out.append("\n").append(rule).append("\n| variant |");
-  for (const auto& r : reports)
-    out.append(" ").append(r.variant).append(r.post_hoc_normalized ? " (post-hoc normalized)" : "").append(" |");
-  out += "\n| d / layers / heads / vocab |";
-  for (const auto& r : reports)
-    out.append(" ").append(std::to_string(r.n_embd)).append(" / ").append(std::to_string(r.n_layer))
-        .append(" / ").append(std::to_string(r.n_head)).append(" / ").append(std::to_string(r.vocab_size)).append(" |");
-  out += "\n";
-  std::vector<std::vector<std::pair<std::string, double>>> rows;
-  for (const auto& r : reports) rows.push_back(headline(r));
-  if (rows.empty()) return out;
-  for (std::size_t i = 0; i < rows[0].size(); ++i) {
-    bool any = false;
-    for (const auto& hr : rows) any = any || !std::isnan(hr[i].second);
-    if (!any) continue;
-    out.append("| ").append(cell(rows[0][i].first)).append(" |");
-    for (const auto& hr : rows) out.append(" ").append(detail::num(hr[i].second)).append(" |");
-    out += "\n";
-  }
-  return out;
-}
-
-// The readable report.
-inline std::string format_table(const Report& r) {
-  using detail::num;
-  using detail::pad;
-  using detail::rpad;
-  std::string o;
-  auto line = [&](const std::string& s) { o += s + "\n"; };
-  line("normlab-diagnose: " + (r.source.empty() ? std::string("<model>") : r.source));
-  line("variant " + r.variant + " (" + r.signature + ") | vocab " + std::to_string(r.vocab_size) + ", d " +
-       std::to_string(r.n_embd) + ", heads " + std::to_string(r.n_head) + ", layers " + std::to_string(r.n_layer) +
-       ", base_scale " + num(r.base_scale, 6) +
-       (r.post_hoc_normalized ? " | matrices normalized post hoc along d" : ""));
-  line("");
-  line("Singular values of the weight matrices (float64 SVD); eff_rank = exp(entropy of sigma/sum(sigma))");
-  line(pad("layer", 6) + pad("matrix", 11) + pad("shape", 11) + rpad("sigma_max", 11) + rpad("sigma_min", 11) +
-       rpad("cond", 11) + rpad("eff_rank", 10) + rpad("of", 6));
-  for (const auto& m : r.matrices)
-    line(pad(std::to_string(m.layer), 6) + pad(m.type, 11) +
-         pad(std::to_string(m.rows) + "x" + std::to_string(m.cols), 11) + rpad(num(m.singular_values.max()), 11) +
-         rpad(num(m.singular_values.min()), 11) + rpad(num(m.condition_number), 11) +
-         rpad(num(m.effective_rank), 10) + rpad(std::to_string(std::min(m.rows, m.cols)), 6));
-  line("");
-  line("Embeddings: row norms, and eigenvalues of the d x d covariance of the centered rows");
-  line(pad("tensor", 24) + rpad("min", 9) + rpad("q1", 9) + rpad("median", 9) + rpad("q3", 9) + rpad("max", 9) +
-       rpad("spread", 9) + rpad("cov_cond", 11) + rpad("eig_max", 11) + rpad("eig_min", 11));
-  for (const EmbeddingReport* e : {&r.wte, &r.lm_head}) {
-    const NormStats& s = e->row_norms;
-    line(pad(e->tensor, 24) + rpad(num(s.min), 9) + rpad(num(s.q1), 9) + rpad(num(s.median), 9) + rpad(num(s.q3), 9) +
-         rpad(num(s.max), 9) + rpad(num(s.spread()), 9) + rpad(num(e->covariance.condition_number), 11) +
-         rpad(num(e->covariance.eigenvalues.max()), 11) + rpad(num(e->covariance.eigenvalues.min()), 11));
-  }
-  line("");
-  line("Norms along the embedding dimension (rows of W[out,d], columns of W[d,in]; nGPT fixes them to 1)");
-  line(pad("tensor", 14) + pad("axis", 6) + rpad("tensors", 8) + rpad("vectors", 9) + rpad("min", 10) +
-       rpad("mean", 10) + rpad("max", 10));
-  {
-    struct Agg {
-      NormAxis axis = NormAxis::rows;
-      int tensors = 0;
-      std::size_t vectors = 0;
-      double min = std::numeric_limits<double>::infinity(), max = 0, sum = 0;
-    };
-    std::vector<std::pair<std::string, Agg>> aggs;
-    for (const auto& a : r.axis_norms) {
-      const std::string kind = param_kind(a.tensor).first;
-      auto it = std::find_if(aggs.begin(), aggs.end(), [&](const auto& p) { return p.first == kind; });
-      if (it == aggs.end()) {
-        aggs.push_back({kind, Agg{}});
-        it = aggs.end() - 1;
-      }
-      Agg& g = it->second;
-      g.axis = a.axis;
-      ++g.tensors;
-      g.vectors += a.norms.count;
-      g.min = std::min(g.min, a.norms.min);
-      g.max = std::max(g.max, a.norms.max);
-      g.sum += a.norms.mean * double(a.norms.count);
-    }
-    for (const auto& [kind, g] : aggs)
-      line(pad(kind, 14) + pad(detail::axis_name(g.axis), 6) + rpad(std::to_string(g.tensors), 8) +
-           rpad(std::to_string(g.vectors), 9) + rpad(num(g.min, 6), 10) +
-           rpad(num(g.vectors ? g.sum / double(g.vectors) : std::nan(""), 6), 10) + rpad(num(g.max, 6), 10));
-    line("max |norm - 1|: " + num(r.max_axis_norm_deviation(), 3));
-  }
-  line("");
-  if (r.scales.empty()) {
-    line("Learned scales: none in this variant");
-  } else {
-    line("Learned scales and gains (effective values)");
-    line(pad("tensor", 36) + pad("effective", 20) + rpad("n", 6) + rpad("mean", 10) + rpad("min", 10) +
-         rpad("max", 10));
-    for (const auto& s : r.scales)
-      line(pad(s.tensor, 36) + pad(s.effective, 20) + rpad(std::to_string(s.count), 6) + rpad(num(s.mean), 10) +
-           rpad(num(s.min), 10) + rpad(num(s.max), 10));
-  }
-  if (r.activity) {
-    const ActivityReport& a = *r.activity;
-    line("");
-    line("Activations on " + std::to_string(a.batches) + " validation batches of " + std::to_string(a.batch_size) +
-         " x " + std::to_string(a.seq) + " tokens (" + a.data + "); val loss " + num(a.val_loss, 5));
-    line(pad("layer", 6) + rpad("h_norm_mean", 12) + rpad("h_norm_min", 12) + rpad("h_norm_max", 12) +
-         rpad("attn_entropy", 14) + rpad("uniform", 10));
-    for (const auto& l : a.layers)
-      line(pad(std::to_string(l.layer), 6) + rpad(num(l.hidden_norm_mean), 12) + rpad(num(l.hidden_norm_min), 12) +
-           rpad(num(l.hidden_norm_max), 12) + rpad(num(l.attention_entropy), 14) +
-           rpad(num(l.attention_entropy_uniform), 10));
-  }
-  return o;
-}
 
 }  // namespace normlab::diag

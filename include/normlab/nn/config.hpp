@@ -63,7 +63,7 @@ struct ModelConfig {
   double sqk_init = 1.0;
   double suv_init = 1.0;
   double sz_init = 1.0;
-  // anGPT (scalar_factors): multipliers on the derived constant factors, for
+  // anGPT (approx_sphere): multipliers on the derived constant factors, for
   // the 0.5×/2× sensitivity ablation (docs/angpt.md).
   double angpt_attn_factor_mult = 1.0;
   double angpt_mlp_factor_mult = 1.0;

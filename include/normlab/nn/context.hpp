@@ -28,7 +28,7 @@ struct StepContext {
   // store's own host arrays on the CPU; device buffers on a GPU).
   T* values = nullptr;
   T* grads = nullptr;
-  std::int64_t B = 0, Tn = 0;  // batch and sequence length of the current call
+  std::int64_t B = 0, seq = 0;  // batch and sequence length of the current call
   std::int64_t pos0 = 0;       // position of the first token (decoding)
   const T* rope_cos = nullptr;  // (max_seq, D/2)
   const T* rope_sin = nullptr;
@@ -38,7 +38,7 @@ struct StepContext {
   T* alpha_tmp = nullptr;  // (C) effective α of the current residual step
   T* d_alpha = nullptr;    // (C)
 
-  std::int64_t N() const { return B * Tn; }
+  std::int64_t N() const { return B * seq; }
   std::int64_t C() const { return cfg->n_embd; }
   std::int64_t H() const { return cfg->n_head; }
   std::int64_t D() const { return cfg->head_dim(); }

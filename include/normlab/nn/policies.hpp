@@ -140,8 +140,8 @@ struct sphere_fixedscales : sphere {
 // each linear map's output near unit norm at initialisation (docs/angpt.md);
 // attention mixing is not rescaled (c_att = 1, as the paper); q,k exactly
 // normalized as nGPT; weights bounded to norm ≤ 1 instead of fixed to 1.
-struct scalar_factors : sphere {
-  static constexpr std::string_view name = "scalar_factors";
+struct approx_sphere : sphere {
+  static constexpr std::string_view name = "approx_sphere";
   using output_factors = angpt_output_factors<false>;
   using constraint = bounded_constraint;
   static constexpr bool hidden_on_sphere = false;
@@ -151,9 +151,9 @@ struct scalar_factors : sphere {
 // the attention output is also multiplied by c_att, a Monte Carlo estimate of
 // 1/‖Σ_s p_ts v_s‖ at initialisation (docs/angpt.md). The paper leaves attention
 // mixing un-normalized (causal attention makes such a factor inaccurate), so the
-// published anGPT is scalar_factors, with c_att = 1.
-struct scalar_factors_attnfactor : scalar_factors {
-  static constexpr std::string_view name = "scalar_factors_attnfactor";
+// published anGPT is approx_sphere, with c_att = 1.
+struct approx_sphere_attnfactor : approx_sphere {
+  static constexpr std::string_view name = "approx_sphere_attnfactor";
   using output_factors = angpt_output_factors<true>;
 };
 
@@ -194,13 +194,13 @@ constexpr bool check_block_policies() {
   static_assert(S::hidden_on_sphere || !rule_retracts<R>(),
                 "normlab: a retracting residual rule (lerp_retract, slerp) needs a scheme whose hidden states "
                 "live on the sphere (sphere, sphere_noqknorm, sphere_scalar); with prenorm_rms use residual_add "
-                "or lerp, with scalar_factors use lerp_nu");
+                "or lerp, with approx_sphere use lerp_nu");
   static_assert(!approx || (rule_learns_alpha<R>() && !rule_retracts<R>()),
-                "normlab: scalar_factors (anGPT) keeps hidden norms near 1 only through an interpolating "
+                "normlab: approx_sphere (anGPT) keeps hidden norms near 1 only through an interpolating "
                 "residual: use lerp_nu (or lerp to ablate the ν(α) factor), not residual_add");
   static_assert(!rule_nu_scaled<R>() || approx,
                 "normlab: lerp_nu's ν(α) restores unit norm only for approximately normalized hidden states: "
-                "pair it with scalar_factors; with prenorm_rms use lerp");
+                "pair it with approx_sphere; with prenorm_rms use lerp");
   static_assert(S::alpha_kind != ScaleKind::fixed,
                 "normlab: a scheme's alpha_kind is vector or scalar (a residual step α is learned)");
   return true;

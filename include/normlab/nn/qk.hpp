@@ -40,14 +40,14 @@ struct qk_rope {
     void forward(StepContext<T>& c, T* q_, T* k_) {
       q = q_;
       k = k_;
-      Backend::rope_apply(q, c.rope_cos, c.rope_sin, c.B, c.Tn, c.H(), c.D(), false, c.pos0);
-      Backend::rope_apply(k, c.rope_cos, c.rope_sin, c.B, c.Tn, c.Hkv(), c.D(), false, c.pos0);
+      Backend::rope_apply(q, c.rope_cos, c.rope_sin, c.B, c.seq, c.H(), c.D(), false, c.pos0);
+      Backend::rope_apply(k, c.rope_cos, c.rope_sin, c.B, c.seq, c.Hkv(), c.D(), false, c.pos0);
     }
     const T* qa() const { return q; }
     const T* ka() const { return k; }
     void backward(StepContext<T>& c, T* dq, T* dk, T* /*scratch*/) {
-      Backend::rope_apply(dq, c.rope_cos, c.rope_sin, c.B, c.Tn, c.H(), c.D(), true);
-      Backend::rope_apply(dk, c.rope_cos, c.rope_sin, c.B, c.Tn, c.Hkv(), c.D(), true);
+      Backend::rope_apply(dq, c.rope_cos, c.rope_sin, c.B, c.seq, c.H(), c.D(), true);
+      Backend::rope_apply(dk, c.rope_cos, c.rope_sin, c.B, c.seq, c.Hkv(), c.D(), true);
     }
   };
 };
@@ -78,8 +78,8 @@ struct qk_rms_gain {
       q = q_;
       k = k_;
       const std::int64_t D = c.D();
-      Backend::rope_apply(q, c.rope_cos, c.rope_sin, c.B, c.Tn, c.H(), D, false, c.pos0);
-      Backend::rope_apply(k, c.rope_cos, c.rope_sin, c.B, c.Tn, c.Hkv(), D, false, c.pos0);
+      Backend::rope_apply(q, c.rope_cos, c.rope_sin, c.B, c.seq, c.H(), D, false, c.pos0);
+      Backend::rope_apply(k, c.rope_cos, c.rope_sin, c.B, c.seq, c.Hkv(), D, false, c.pos0);
       Backend::rmsnorm_forward(qs, qn, q, c.P(q_gain), c.N() * c.H(), D, T(c.cfg->rmsnorm_eps));
       Backend::rmsnorm_forward(ks, kn, k, c.P(k_gain), c.N() * c.Hkv(), D, T(c.cfg->rmsnorm_eps));
     }
@@ -91,8 +91,8 @@ struct qk_rms_gain {
       Backend::copy(dq, scratch, N * c.C());
       Backend::rmsnorm_backward(scratch, c.G(k_gain), dk, k, c.P(k_gain), kn, N * c.Hkv(), D);
       Backend::copy(dk, scratch, N * c.KV());
-      Backend::rope_apply(dq, c.rope_cos, c.rope_sin, c.B, c.Tn, c.H(), D, true);
-      Backend::rope_apply(dk, c.rope_cos, c.rope_sin, c.B, c.Tn, c.Hkv(), D, true);
+      Backend::rope_apply(dq, c.rope_cos, c.rope_sin, c.B, c.seq, c.H(), D, true);
+      Backend::rope_apply(dk, c.rope_cos, c.rope_sin, c.B, c.seq, c.Hkv(), D, true);
     }
   };
 };
@@ -124,9 +124,9 @@ struct qk_unit_scaled {
     double k_const(const StepContext<T>& c) const { return c.cfg->sqk_init / c.cfg->base_scale; }
     void forward(StepContext<T>& c, T* q, T* k) {
       sqk.template effective<Backend>(c, k_const(c), c.C(), c.scale_tmp);
-      Backend::rope_l2norm_scale_forward(q, qh, qn, qs, c.scale_tmp, c.rope_cos, c.rope_sin, c.B, c.Tn, c.H(), c.D(),
+      Backend::rope_l2norm_scale_forward(q, qh, qn, qs, c.scale_tmp, c.rope_cos, c.rope_sin, c.B, c.seq, c.H(), c.D(),
                                          c.pos0);
-      Backend::rope_l2norm_scale_forward(k, kh, kn, ks, c.scale_tmp, c.rope_cos, c.rope_sin, c.B, c.Tn, c.H(), c.D(),
+      Backend::rope_l2norm_scale_forward(k, kh, kn, ks, c.scale_tmp, c.rope_cos, c.rope_sin, c.B, c.seq, c.H(), c.D(),
                                          c.pos0);
     }
     const T* qa() const { return qs; }
@@ -135,9 +135,9 @@ struct qk_unit_scaled {
       sqk.template effective<Backend>(c, k_const(c), c.C(), c.scale_tmp);
       const T kk = T(k_const(c));
       Backend::fill(c.d_scale, c.C(), T(0));
-      Backend::rope_l2norm_scale_backward(dq, c.d_scale, qh, qn, c.scale_tmp, c.rope_cos, c.rope_sin, c.B, c.Tn,
+      Backend::rope_l2norm_scale_backward(dq, c.d_scale, qh, qn, c.scale_tmp, c.rope_cos, c.rope_sin, c.B, c.seq,
                                           c.H(), c.D(), kk);
-      Backend::rope_l2norm_scale_backward(dk, c.d_scale, kh, kn, c.scale_tmp, c.rope_cos, c.rope_sin, c.B, c.Tn,
+      Backend::rope_l2norm_scale_backward(dk, c.d_scale, kh, kn, c.scale_tmp, c.rope_cos, c.rope_sin, c.B, c.seq,
                                           c.H(), c.D(), kk);
       sqk.template fold_grad<Backend>(c, c.d_scale, c.C());
     }
@@ -166,8 +166,8 @@ struct qk_scaled_only {
     void forward(StepContext<T>& c, T* q_, T* k_) {
       q = q_;
       k = k_;
-      Backend::rope_apply(q, c.rope_cos, c.rope_sin, c.B, c.Tn, c.H(), c.D(), false, c.pos0);
-      Backend::rope_apply(k, c.rope_cos, c.rope_sin, c.B, c.Tn, c.H(), c.D(), false, c.pos0);
+      Backend::rope_apply(q, c.rope_cos, c.rope_sin, c.B, c.seq, c.H(), c.D(), false, c.pos0);
+      Backend::rope_apply(k, c.rope_cos, c.rope_sin, c.B, c.seq, c.H(), c.D(), false, c.pos0);
       sqk.template effective<Backend>(c, k_const(c), c.C(), c.scale_tmp);
       Backend::scale_columns(qs, q, c.scale_tmp, c.N(), c.C());
       Backend::scale_columns(ks, k, c.scale_tmp, c.N(), c.C());
@@ -184,8 +184,8 @@ struct qk_scaled_only {
       sqk.template fold_grad<Backend>(c, c.d_scale, C);
       Backend::scale_columns(dq, dq, c.scale_tmp, N, C);
       Backend::scale_columns(dk, dk, c.scale_tmp, N, C);
-      Backend::rope_apply(dq, c.rope_cos, c.rope_sin, c.B, c.Tn, c.H(), c.D(), true);
-      Backend::rope_apply(dk, c.rope_cos, c.rope_sin, c.B, c.Tn, c.H(), c.D(), true);
+      Backend::rope_apply(dq, c.rope_cos, c.rope_sin, c.B, c.seq, c.H(), c.D(), true);
+      Backend::rope_apply(dk, c.rope_cos, c.rope_sin, c.B, c.seq, c.H(), c.D(), true);
     }
   };
 };

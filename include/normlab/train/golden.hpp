@@ -105,7 +105,7 @@ GoldenReport run_golden_model(const io::SafetensorsFile& f, const std::string& v
   mc.n_layer = meta_int(f, "n_layer");
   mc.base_scale = meta_double(f, "base_scale");
   mc.rmsnorm_eps = meta_double(f, "rmsnorm_eps");
-  const std::int64_t B = meta_int(f, "batch"), Tn = meta_int(f, "seq_len"), steps = meta_int(f, "steps");
+  const std::int64_t B = meta_int(f, "batch"), seq = meta_int(f, "seq_len"), steps = meta_int(f, "steps");
   const double lr = meta_double(f, "lr"), grad_clip = meta_double(f, "grad_clip");
   const std::string sched = f.metadata_value("lr_schedule");
   if (sched != "constant")
@@ -119,7 +119,7 @@ GoldenReport run_golden_model(const io::SafetensorsFile& f, const std::string& v
   oc.eps = meta_double(f, "adam_eps");
   oc.weight_decay = meta_double(f, "weight_decay");
 
-  Model model(mc, B, Tn);
+  Model model(mc, B, seq);
   auto& store = model.params();
   for (const ParamSpec& s : store.specs()) {
     f.read_into<T>("init/" + s.name, s.shape, std::span<T>(store.value(s.offset), s.numel));
@@ -140,16 +140,16 @@ GoldenReport run_golden_model(const io::SafetensorsFile& f, const std::string& v
     std::vector<double> o(ours, ours + n);
     rep.rows.push_back({name, relative_error(o, ref), t});
   };
-  std::vector<std::int64_t> idx(static_cast<std::size_t>(B * Tn)), tgt(idx.size());
+  std::vector<std::int64_t> idx(static_cast<std::size_t>(B * seq)), tgt(idx.size());
   for (std::int64_t s = 0; s < steps; ++s) {
     const std::string p = "step" + std::to_string(s) + "/";
-    f.read_into<std::int64_t>(p + "idx", {B, Tn}, std::span<std::int64_t>(idx));
-    f.read_into<std::int64_t>(p + "targets", {B, Tn}, std::span<std::int64_t>(tgt));
-    const double loss = model.forward(idx.data(), tgt.data(), B, Tn);
+    f.read_into<std::int64_t>(p + "idx", {B, seq}, std::span<std::int64_t>(idx));
+    f.read_into<std::int64_t>(p + "targets", {B, seq}, std::span<std::int64_t>(tgt));
+    const double loss = model.forward(idx.data(), tgt.data(), B, seq);
     const T loss_t = T(loss);
     if (f.contains(p + "loss")) compare(p + "loss", &loss_t, 1, tol.values);
     if (f.contains(p + "logits")) {
-      const std::size_t n = static_cast<std::size_t>(B * Tn * mc.vocab_size);
+      const std::size_t n = static_cast<std::size_t>(B * seq * mc.vocab_size);
       const T* lg = model.logits();
       if constexpr (!Backend::host_memory) {
         logits_host.resize(n);

@@ -18,9 +18,9 @@ struct StepResult {
 // optimizer's (its moments are in the same memory).
 template <class Model, class Opt>
 StepResult train_step(Model& model, Opt& opt, const std::int64_t* idx, const std::int64_t* targets,
-                      std::int64_t B, std::int64_t Tn, double lr, double grad_clip) {
+                      std::int64_t B, std::int64_t seq, double lr, double grad_clip) {
   StepResult r;
-  r.loss = model.forward(idx, targets, B, Tn);
+  r.loss = model.forward(idx, targets, B, seq);
   model.backward();
   using Backend = typename Model::backend;
   r.grad_norm = clip_grad_norm<Backend>(model.param_grads(), static_cast<std::int64_t>(model.params().size()),

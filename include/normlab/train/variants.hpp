@@ -31,8 +31,8 @@ inline constexpr std::string_view kDefaultLrSource =
   X(ngpt_scalar, sphere_scalar, lerp_retract, 1e-2, "one scalar each for alpha, s_qk, s_uv, s_z")              \
   X(ngpt_fixedscales, sphere_fixedscales, lerp_retract, 1e-2,                                                 \
     "s_qk, s_u, s_v fixed at their initial values, one learned scalar s_z (the paper's ablation)")            \
-  X(angpt, scalar_factors, lerp_nu, 1e-2, "anGPT as published: constant factors instead of exact norms")      \
-  X(angpt_attnfactor, scalar_factors_attnfactor, lerp_nu, 3e-3,                                               \
+  X(angpt, approx_sphere, lerp_nu, 1e-2, "anGPT as published: constant factors instead of exact norms")      \
+  X(angpt_attnfactor, approx_sphere_attnfactor, lerp_nu, 3e-3,                                               \
     "anGPT plus normlab's attention-mixing factor c_att (normlab's extension)")
 
 #define NORMLAB_VARIANT_TAG(NAME, SCHEME, RULE, LR, WHAT) \

@@ -1,6 +1,6 @@
 #pragma once
 // Causal attention of one (batch, head) in float32 on normlab's AVX-512
-// kernels (issue 18: attention toward the GEMM ceiling; docs/perf.md change 23).
+// kernels, to bring attention toward the GEMM's ceiling (docs/perf.md).
 //
 // The same blocked ("flash") algorithm as cpu::attention_forward/backward: query
 // blocks of kBlock rows meet key blocks up to the diagonal with an online
@@ -44,8 +44,9 @@ inline std::int64_t round_to(std::int64_t n, std::int64_t q) { return (n + q - 1
 // The block products of one (query block, key block) pair. On a diagonal pair
 // (query block = key block; relative key c visible to relative query r iff
 // c ≤ r) they skip what the causal mask discards: at T = 256 four of the ten
-// block pairs are diagonal, and each computed ~40% that it then threw away
-// (docs/perf.md change 25). Off the diagonal they are plain tile products.
+// block pairs are diagonal, and a plain tile product of each would compute
+// ~40% that the mask then throws away (docs/perf.md). Off the diagonal they are
+// plain tile products.
 
 // S = alpha·Ap·Bp. Diagonal: micro-tiles whose every column lies past every row
 // are skipped; those scores are masked out and never read.
@@ -109,11 +110,11 @@ namespace detail {
 struct ForwardScratch {
   float *Kc, *Vr, *Qa, *S, *Pa, *O, *m, *l;
   std::int64_t floats;
-  ForwardScratch(float* scratch, std::int64_t Tn, std::int64_t dk) {
-    const std::int64_t tk = round_to(Tn, kNR), dkr = round_to(dk, kNR);
+  ForwardScratch(float* scratch, std::int64_t seq, std::int64_t dk) {
+    const std::int64_t tk = round_to(seq, kNR), dkr = round_to(dk, kNR);
     ScratchCarver c{scratch};
     Kc = c.take(tk * dk);       // Kᵀ as B of S = Q Kᵀ: key j's column at Kc + j·dk
-    Vr = c.take(dkr * Tn);      // V as B of O += P V: depth Tn
+    Vr = c.take(dkr * seq);      // V as B of O += P V: depth seq
     Qa = c.take(kBlock * dk);   // the query block as A of S
     S = c.take(kBlock * kBlock);   // scores, then probabilities (nq × kBlock)
     Pa = c.take(kBlock * kBlock);  // P as A of O += P V
@@ -126,8 +127,8 @@ struct ForwardScratch {
 }  // namespace detail
 
 // Floats of scratch one head needs (64-byte aligned base).
-inline std::int64_t attention_forward_scratch(std::int64_t Tn, std::int64_t dk) {
-  return detail::ForwardScratch(nullptr, Tn, dk).floats;
+inline std::int64_t attention_forward_scratch(std::int64_t seq, std::int64_t dk) {
+  return detail::ForwardScratch(nullptr, seq, dk).floats;
 }
 
 // y, lse of one head: q, k, v, y point at the head's first row (row stride C);
@@ -135,22 +136,22 @@ inline std::int64_t attention_forward_scratch(std::int64_t Tn, std::int64_t dk) 
 // the scores left of a row's window are zeroed like those right of the
 // diagonal, so the block products keep their shapes and add exact zeros.
 inline void attention_head_forward(float* y, float* lse, const float* q, const float* k, const float* v,
-                                   std::int64_t Tn, std::int64_t C, std::int64_t dk, float scale, float* scratch,
+                                   std::int64_t seq, std::int64_t C, std::int64_t dk, float scale, float* scratch,
                                    std::int64_t window = 0) {
   using detail::Row;
   constexpr std::int64_t Bk = kBlock;
-  const detail::ForwardScratch w(scratch, Tn, dk);
+  const detail::ForwardScratch w(scratch, seq, dk);
   float *Kc = w.Kc, *Vr = w.Vr, *Qa = w.Qa, *S = w.S, *Pa = w.Pa, *O = w.O, *m = w.m, *l = w.l;
-  detail::pack_b<false>(Kc, k, C, 0, dk, 0, Tn);
-  detail::pack_b<true>(Vr, v, C, 0, Tn, 0, dk);
-  for (std::int64_t i0 = 0; i0 < Tn; i0 += Bk) {
-    const std::int64_t nq = std::min(Bk, Tn - i0);
+  detail::pack_b<false>(Kc, k, C, 0, dk, 0, seq);
+  detail::pack_b<true>(Vr, v, C, 0, seq, 0, dk);
+  for (std::int64_t i0 = 0; i0 < seq; i0 += Bk) {
+    const std::int64_t nq = std::min(Bk, seq - i0);
     detail::pack_a<true, kAttnMR>(Qa, q, C, i0, nq, 0, dk);
     std::fill_n(O, nq * dk, 0.0f);
     std::fill_n(m, nq, -std::numeric_limits<float>::infinity());
     std::fill_n(l, nq, 0.0f);
     for (std::int64_t j0 = window_first_block(i0, window, Bk); j0 < i0 + nq; j0 += Bk) {
-      const std::int64_t nk = std::min({Bk, Tn - j0, i0 + nq - j0});
+      const std::int64_t nk = std::min({Bk, seq - j0, i0 + nq - j0});
       const bool diagonal = j0 == i0;
       detail::score_product(nq, nk, dk, Qa, Kc + j0 * dk, dk, S, Bk, scale, diagonal);
       // The online softmax exactly as the generic path writes it (Eigen's vectorized exp).
@@ -176,7 +177,7 @@ inline void attention_head_forward(float* y, float* lse, const float* q, const f
         m[r] = mx;
       }
       detail::pack_a<true, kAttnMR>(Pa, S, Bk, 0, nq, 0, nk);
-      detail::lower_product(nq, dk, nk, Pa, Vr + j0 * kNR, Tn, O, dk, true, diagonal);
+      detail::lower_product(nq, dk, nk, Pa, Vr + j0 * kNR, seq, O, dk, true, diagonal);
     }
     for (std::int64_t r = 0; r < nq; ++r) {
       const float inv = 1.0f / l[r];
@@ -192,12 +193,12 @@ namespace detail {
 struct BackwardScratch {
   float *Kc, *Vc, *Kr, *Qa, *Ya, *Qr, *Yr, *P, *dS, *Pt, *dSa, *dSt;
   std::int64_t floats;
-  BackwardScratch(float* scratch, std::int64_t Tn, std::int64_t dk) {
-    const std::int64_t tk = round_to(Tn, kNR), dkr = round_to(dk, kNR);
+  BackwardScratch(float* scratch, std::int64_t seq, std::int64_t dk) {
+    const std::int64_t tk = round_to(seq, kNR), dkr = round_to(dk, kNR);
     ScratchCarver c{scratch};
     Kc = c.take(tk * dk);          // Kᵀ as B of S = Q Kᵀ
     Vc = c.take(tk * dk);          // Vᵀ as B of dY Vᵀ
-    Kr = c.take(dkr * Tn);         // K as B of dq += dS K: depth Tn
+    Kr = c.take(dkr * seq);         // K as B of dq += dS K: depth seq
     Qa = c.take(kBlock * dk);      // the query block as A of S
     Ya = c.take(kBlock * dk);      // dY block as A of dY Vᵀ
     Qr = c.take(dkr * kBlock);     // the query block as B of dk += dSᵀ Q: depth nq
@@ -212,8 +213,8 @@ struct BackwardScratch {
 };
 }  // namespace detail
 
-inline std::int64_t attention_backward_scratch(std::int64_t Tn, std::int64_t dk) {
-  return detail::BackwardScratch(nullptr, Tn, dk).floats;
+inline std::int64_t attention_backward_scratch(std::int64_t seq, std::int64_t dk) {
+  return detail::BackwardScratch(nullptr, seq, dk).floats;
 }
 
 // dq, dk, dv of one head, written into rows of stride C; D: the head's
@@ -221,26 +222,26 @@ inline std::int64_t attention_backward_scratch(std::int64_t Tn, std::int64_t dk)
 // dS = scale·P ⊙ (dY Vᵀ − D); dq += dS K; dk += dSᵀ Q; dv += Pᵀ dY.
 // window as in the forward.
 inline void attention_head_backward(float* dq, float* dk_, float* dv, const float* dy, const float* D,
-                                    const float* lse, const float* q, const float* k, const float* v, std::int64_t Tn,
+                                    const float* lse, const float* q, const float* k, const float* v, std::int64_t seq,
                                     std::int64_t C, std::int64_t dk, float scale, float* scratch,
                                     std::int64_t window = 0) {
   using detail::Row;
   constexpr std::int64_t Bk = kBlock;
-  const detail::BackwardScratch w(scratch, Tn, dk);
+  const detail::BackwardScratch w(scratch, seq, dk);
   float *Kc = w.Kc, *Vc = w.Vc, *Kr = w.Kr, *Qa = w.Qa, *Ya = w.Ya, *Qr = w.Qr, *Yr = w.Yr, *P = w.P, *dS = w.dS,
         *Pt = w.Pt, *dSa = w.dSa, *dSt = w.dSt;
-  detail::pack_b<false>(Kc, k, C, 0, dk, 0, Tn);
-  detail::pack_b<false>(Vc, v, C, 0, dk, 0, Tn);
-  detail::pack_b<true>(Kr, k, C, 0, Tn, 0, dk);
-  for (std::int64_t i0 = 0; i0 < Tn; i0 += Bk) {
-    const std::int64_t nq = std::min(Bk, Tn - i0);
+  detail::pack_b<false>(Kc, k, C, 0, dk, 0, seq);
+  detail::pack_b<false>(Vc, v, C, 0, dk, 0, seq);
+  detail::pack_b<true>(Kr, k, C, 0, seq, 0, dk);
+  for (std::int64_t i0 = 0; i0 < seq; i0 += Bk) {
+    const std::int64_t nq = std::min(Bk, seq - i0);
     detail::pack_a<true, kAttnMR>(Qa, q, C, i0, nq, 0, dk);
     detail::pack_a<true, kAttnMR>(Ya, dy, C, i0, nq, 0, dk);
     detail::pack_b<true>(Qr, q, C, i0, nq, 0, dk);
     detail::pack_b<true>(Yr, dy, C, i0, nq, 0, dk);
     const std::int64_t j_first = window_first_block(i0, window, Bk);
     for (std::int64_t j0 = j_first; j0 < i0 + nq; j0 += Bk) {
-      const std::int64_t nk = std::min({Bk, Tn - j0, i0 + nq - j0});
+      const std::int64_t nk = std::min({Bk, seq - j0, i0 + nq - j0});
       const bool diagonal = j0 == i0;
       detail::score_product(nq, nk, dk, Qa, Kc + j0 * dk, dk, P, Bk, scale, diagonal);
       detail::score_product(nq, nk, dk, Ya, Vc + j0 * dk, dk, dS, Bk, 1.0f, diagonal);
@@ -264,7 +265,7 @@ inline void attention_head_backward(float* dq, float* dk_, float* dv, const floa
       // block visits its own), so nothing is zeroed beforehand.
       const bool add_dkv = !diagonal, add_dq = j0 > j_first;
       detail::upper_product(nk, dk, nq, Pt, Yr, nq, dv + j0 * C, C, add_dkv, diagonal);
-      detail::lower_product(nq, dk, nk, dSa, Kr + j0 * kNR, Tn, dq + i0 * C, C, add_dq, diagonal);
+      detail::lower_product(nq, dk, nk, dSa, Kr + j0 * kNR, seq, dq + i0 * C, C, add_dq, diagonal);
       detail::upper_product(nk, dk, nq, dSt, Qr, nq, dk_ + j0 * C, C, add_dkv, diagonal);
     }
   }

@@ -2,8 +2,10 @@
 // cpu_backend: the CPU as a type a model is parameterised over,
 // Transformer<T, Scheme, Residual, cpu_backend>. It supplies memory (host
 // arrays, the bump arena) and the leaf ops a block's policies call; every op is
-// one of backend/cpu/ops.hpp (Eigen GEBP GEMMs, blocked attention, fused row
-// kernels, OpenMP). Policies call `Backend::op(...)`, never `cpu::op`, so a
+// one of backend/cpu/ops.hpp (blocked attention, fused row kernels, OpenMP; float32
+// GEMMs on normlab's own AVX-512 kernels, backend/cpu/sgemm_avx512.hpp, with
+// OpenBLAS's serial kernels for small products and builds without AVX-512; float64
+// GEMMs on Eigen's). Policies call `Backend::op(...)`, never `cpu::op`, so a
 // second backend is a second type with the same members, not a second model.
 // A backend lacking an op a policy needs fails to compile at that call.
 #include <algorithm>
@@ -44,43 +46,126 @@ struct cpu_backend {
   template <ResidualMath M, class T>
   using residual_kernels = cpu::ResidualKernels<M, T>;
 
-#define NORMLAB_CPU_LEAF(op)                     \
-  template <class... A>                          \
-  static void op(A&&... a) {                     \
-    cpu::op(std::forward<A>(a)...);              \
-  }
+  // The leaf ops: each the CPU kernel of the same name and signature
+  // (backend/cpu/ops.hpp).
   // Linear layers Y = α X Wᵀ and their two gradients (backend/cpu/ops.hpp).
-  NORMLAB_CPU_LEAF(linear_forward)
-  NORMLAB_CPU_LEAF(linear_backward)
-  NORMLAB_CPU_LEAF(embedding_forward)
-  NORMLAB_CPU_LEAF(embedding_backward)
+  template <class T>
+  static void linear_forward(T* Y, const T* X, const T* W, std::int64_t N, std::int64_t in, std::int64_t out,
+                             bool accumulate = false, T alpha = T(1)) {
+    cpu::linear_forward(Y, X, W, N, in, out, accumulate, alpha);
+  }
+  template <class T>
+  static void linear_backward(T* dX, T* dW, const T* dY, const T* X, const T* W, std::int64_t N,
+                              std::int64_t in, std::int64_t out, T alpha = T(1)) {
+    cpu::linear_backward(dX, dW, dY, X, W, N, in, out, alpha);
+  }
+  template <class T>
+  static void embedding_forward(T* out, const std::int64_t* idx, const T* wte, std::int64_t N, std::int64_t C) {
+    cpu::embedding_forward(out, idx, wte, N, C);
+  }
+  template <class T>
+  static void embedding_backward(T* dwte, const std::int64_t* idx, const T* dout, std::int64_t N,
+                                 std::int64_t C) {
+    cpu::embedding_backward(dwte, idx, dout, N, C);
+  }
   // Row norms: RMSNorm with gain.
-  NORMLAB_CPU_LEAF(rmsnorm_forward)
-  NORMLAB_CPU_LEAF(rmsnorm_backward)
+  template <class T>
+  static void rmsnorm_forward(T* y, T* rstd, const T* x, const T* w, std::int64_t N, std::int64_t C, T eps) {
+    cpu::rmsnorm_forward(y, rstd, x, w, N, C, eps);
+  }
+  template <class T>
+  static void rmsnorm_backward(T* dx, T* dw, const T* dy, const T* x, const T* w, const T* rstd,
+                               std::int64_t N, std::int64_t C) {
+    cpu::rmsnorm_backward(dx, dw, dy, x, w, rstd, N, C);
+  }
   // RoPE, and RoPE + per-head unit norm + s_qk in one fused pass.
-  NORMLAB_CPU_LEAF(rope_apply)
-  NORMLAB_CPU_LEAF(rope_l2norm_scale_forward)
-  NORMLAB_CPU_LEAF(rope_l2norm_scale_backward)
+  template <class T>
+  static void rope_apply(T* x, const T* cosv, const T* sinv, std::int64_t B, std::int64_t seq, std::int64_t H,
+                         std::int64_t dk, bool inverse, std::int64_t pos0 = 0) {
+    cpu::rope_apply(x, cosv, sinv, B, seq, H, dk, inverse, pos0);
+  }
+  template <class T>
+  static void rope_l2norm_scale_forward(T* x, T* xh, T* norm, T* xs, const T* s, const T* cosv, const T* sinv,
+                                        std::int64_t B, std::int64_t seq, std::int64_t H, std::int64_t dk,
+                                        std::int64_t pos0 = 0) {
+    cpu::rope_l2norm_scale_forward(x, xh, norm, xs, s, cosv, sinv, B, seq, H, dk, pos0);
+  }
+  template <class T>
+  static void rope_l2norm_scale_backward(T* dx, T* ds, const T* xh, const T* norm, const T* s, const T* cosv,
+                                         const T* sinv, std::int64_t B, std::int64_t seq, std::int64_t H,
+                                         std::int64_t dk, T c) {
+    cpu::rope_l2norm_scale_backward(dx, ds, xh, norm, s, cosv, sinv, B, seq, H, dk, c);
+  }
   // Causal attention (blocked, online softmax) and single-token decoding.
-  NORMLAB_CPU_LEAF(attention_forward)
-  NORMLAB_CPU_LEAF(attention_backward)
-  NORMLAB_CPU_LEAF(attention_decode)
-  NORMLAB_CPU_LEAF(attention_probs)
+  template <class T>
+  static void attention_forward(T* y, T* lse, const T* q, const T* k, const T* v, std::int64_t B,
+                                std::int64_t seq, std::int64_t H, std::int64_t dk, T scale,
+                                std::int64_t window = 0) {
+    cpu::attention_forward(y, lse, q, k, v, B, seq, H, dk, scale, window);
+  }
+  template <class T>
+  static void attention_backward(T* dq, T* dk_, T* dv, const T* dy, const T* y, const T* lse, const T* q,
+                                 const T* k, const T* v, std::int64_t B, std::int64_t seq, std::int64_t H,
+                                 std::int64_t dk, T scale, std::int64_t window = 0) {
+    cpu::attention_backward(dq, dk_, dv, dy, y, lse, q, k, v, B, seq, H, dk, scale, window);
+  }
+  template <class T>
+  static void attention_decode(T* y, T* p, const T* q, const T* kc, const T* vc, std::int64_t S,
+                               std::int64_t H, std::int64_t dk, T scale) {
+    cpu::attention_decode(y, p, q, kc, vc, S, H, dk, scale);
+  }
+  template <class T>
+  static void attention_probs(T* P, const T* lse, const T* q, const T* k, std::int64_t B, std::int64_t seq,
+                              std::int64_t H, std::int64_t dk, T scale, std::int64_t window = 0) {
+    cpu::attention_probs(P, lse, q, k, B, seq, H, dk, scale, window);
+  }
   // Grouped-query attention: kv rows widened to every query head, and back.
-  NORMLAB_CPU_LEAF(kv_repeat)
-  NORMLAB_CPU_LEAF(kv_group_sum)
+  template <class T>
+  static void kv_repeat(T* y, const T* x, std::int64_t N, std::int64_t H, std::int64_t Hkv, std::int64_t dk) {
+    cpu::kv_repeat(y, x, N, H, Hkv, dk);
+  }
+  template <class T>
+  static void kv_group_sum(T* dx, const T* dy, std::int64_t N, std::int64_t H, std::int64_t Hkv,
+                           std::int64_t dk) {
+    cpu::kv_group_sum(dx, dy, N, H, Hkv, dk);
+  }
   // Plain (ungated) MLP activations, elementwise.
-  NORMLAB_CPU_LEAF(pointwise_forward)
-  NORMLAB_CPU_LEAF(pointwise_backward)
+  template <class T>
+  static void pointwise_forward(Pointwise fn, T* act, const T* u, std::int64_t n) {
+    cpu::pointwise_forward(fn, act, u, n);
+  }
+  template <class T>
+  static void pointwise_backward(Pointwise fn, T* du, const T* dact, const T* u, std::int64_t n) {
+    cpu::pointwise_backward(fn, du, dact, u, n);
+  }
   // MLP activations.
-  NORMLAB_CPU_LEAF(swiglu_forward)
-  NORMLAB_CPU_LEAF(swiglu_backward)
-  NORMLAB_CPU_LEAF(scaled_swiglu_forward)
-  NORMLAB_CPU_LEAF(scaled_swiglu_backward)
+  template <class T>
+  static void swiglu_forward(T* act, const T* uv, std::int64_t N, std::int64_t F) {
+    cpu::swiglu_forward(act, uv, N, F);
+  }
+  template <class T>
+  static void swiglu_backward(T* duv, const T* dact, const T* uv, std::int64_t N, std::int64_t F) {
+    cpu::swiglu_backward(duv, dact, uv, N, F);
+  }
+  template <class T>
+  static void scaled_swiglu_forward(T* act, const T* uv, const T* s, std::int64_t N, std::int64_t F) {
+    cpu::scaled_swiglu_forward(act, uv, s, N, F);
+  }
+  template <class T>
+  static void scaled_swiglu_backward(T* duv, T* ds, const T* dact, const T* uv, const T* s, std::int64_t N,
+                                     std::int64_t F, T c) {
+    cpu::scaled_swiglu_backward(duv, ds, dact, uv, s, N, F, c);
+  }
   // Per-column scales and their gradients (deterministic column sums).
-  NORMLAB_CPU_LEAF(scale_columns)
-  NORMLAB_CPU_LEAF(column_dot_accumulate)
-#undef NORMLAB_CPU_LEAF
+  template <class T>
+  static void scale_columns(T* y, const T* x, const T* s, std::int64_t N, std::int64_t L) {
+    cpu::scale_columns(y, x, s, N, L);
+  }
+  template <class T>
+  static void column_dot_accumulate(T* ds, const T* dy, const T* x, std::int64_t N, std::int64_t L,
+                                    T c = T(1)) {
+    cpu::column_dot_accumulate(ds, dy, x, N, L, c);
+  }
 
   // Mean cross-entropy over N rows; writes d loss/d logits when dlogits is not null.
   template <class T>
@@ -144,8 +229,8 @@ struct cpu_backend {
   }
   // RoPE tables (max_seq, D/2) for the model's positions.
   template <class T>
-  static void rope_table(T* cosv, T* sinv, std::int64_t Tn, std::int64_t dk, double base) {
-    cpu::rope_table(cosv, sinv, Tn, dk, base);
+  static void rope_table(T* cosv, T* sinv, std::int64_t seq, std::int64_t dk, double base) {
+    cpu::rope_table(cosv, sinv, seq, dk, base);
   }
   // A learned scale's effective values, out(n) = stored × k in double, |·| when
   // `absolute` (α), broadcast from p[0] when `scalar`.

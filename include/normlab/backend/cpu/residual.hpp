@@ -51,8 +51,8 @@ template <class T>
 struct ResidualKernels<ResidualMath::lerp_retract, T> {
   // Only the row norms are kept: backward recomputes A = h/‖h‖ and Bf = f/‖f‖
   // from h and f with the same expression (a division is correctly rounded, so
-  // the same bits). Keeping A and Bf cost two (N, C) arrays written per site
-  // that backward read back instead of h and f (docs/perf.md, change 27).
+  // the same bits). Keeping A and Bf would cost two (N, C) arrays written per
+  // site that backward would read back instead of h and f (docs/perf.md).
   struct Cache {
     T* nh = nullptr;  // (N) ‖h‖
     T* nf = nullptr;  // (N) ‖f‖
@@ -196,11 +196,10 @@ inline constexpr double kSlerpSeriesTheta = 1e-3;
 // Nothing per element is kept between forward and backward: a token's terms
 // (A, Bf and the six coefficient rows) are recomputed from h, f and α by the
 // same function in both, into a per-thread row buffer, so they have the same
-// bits. Keeping them took eight (N, C) arrays per site (128 of the reference
-// config's 367 MiB of activations), written by forward and read back by
-// backward beside separate passes for out·dout and dα; recomputing them costs
-// four vectorized sin/cos per element, less than that traffic did
-// (docs/perf.md, change 26).
+// bits. Keeping them would take eight (N, C) arrays per site (128 of the
+// reference config's 367 MiB of activations), written by forward and read back
+// by backward beside separate passes for out·dout and dα; recomputing them costs
+// four vectorized sin/cos per element, less than that traffic (docs/perf.md).
 template <class T>
 struct ResidualKernels<ResidualMath::slerp, T> {
   struct Cache {

@@ -1,6 +1,6 @@
 #pragma once
-// normlab's own float32 GEMM for AVX-512 (issue 18: the fastest GEMM behind
-// cpu::gemm, chosen by measurement; docs/perf.md change 22).
+// normlab's own float32 GEMM for AVX-512: the fastest engine behind cpu::gemm,
+// chosen by measurement (docs/perf.md).
 //
 // One serial product C(M,N) = alpha·op(A)·op(B) (+ C), row-major C, each
 // operand read row- or column-major, in the classic blocked form: for each
@@ -26,7 +26,7 @@
 //
 // Only compiled where the build targets AVX-512F; elsewhere cpu::gemm keeps
 // OpenBLAS's kernels (or Eigen's). Defining NORMLAB_NO_AVX512_SGEMM keeps them
-// on an AVX-512 build too (the A/B of docs/perf.md change 22).
+// on an AVX-512 build too (for an A/B of the two engines, docs/perf.md).
 #if defined(__AVX512F__) && !defined(NORMLAB_NO_AVX512_SGEMM)
 #include <immintrin.h>
 

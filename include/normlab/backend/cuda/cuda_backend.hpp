@@ -4,7 +4,7 @@
 // cpu_backend (backend/cpu/backend.hpp), so every policy site and the model's
 // orchestration run unchanged: memory is device memory (cuda::device_vector,
 // the arena over one cudaMalloc), and each leaf op enqueues the kernels of
-// kernels.hpp or a cuBLASLt GEMM on the current cuda::Backend's stream.
+// kernels.hpp or a cuBLASLt GEMM on the current cuda::DeviceContext's stream.
 //
 // What differs from the CPU, by design:
 //  * float32 only: parameters, gradients, moments and activations (the
@@ -17,7 +17,7 @@
 //    CPU's routine there.
 //  * a user's policy written with for_rows/column_reduce (host lambdas) does
 //    not compile against this backend: those ops are absent on purpose.
-// Every temporary is a grow-only scratch buffer of the Backend: after the
+// Every temporary is a grow-only scratch buffer of the device context: after the
 // first step a step calls no cudaMalloc.
 //
 // Plain C++ (host compiler); link normlab's kernels (impl.cuh in one .cu file),
@@ -31,7 +31,7 @@
 #include <vector>
 
 #include "normlab/backend/cpu/ops.hpp"
-#include "normlab/backend/cuda/backend.hpp"
+#include "normlab/backend/cuda/device_context.hpp"
 #include "normlab/backend/cuda/kernels.hpp"
 #include "normlab/backend/residual_math.hpp"
 #include "normlab/core/error.hpp"
@@ -101,7 +101,7 @@ struct ResidualKernels {
   // dh may alias dout; dα accumulates.
   static void backward(float* dh, float* df, float* dalpha, const float* dout, const Cache& c, const float* out,
                        const float* h, const float* f, const float* alpha, std::int64_t N, std::int64_t C) {
-    Backend& be = current();
+    DeviceContext& be = current();
     if constexpr (M == ResidualMath::add) {
       NORMLAB_CUDA_CHECK(
           cudaMemcpyAsync(df, dout, std::size_t(N * C) * 4, cudaMemcpyDeviceToDevice, be.stream()));
@@ -109,8 +109,8 @@ struct ResidualKernels {
         NORMLAB_CUDA_CHECK(
             cudaMemcpyAsync(dh, dout, std::size_t(N * C) * 4, cudaMemcpyDeviceToDevice, be.stream()));
     } else {
-      float* rowdot = static_cast<float*>(be.scratch(Backend::kRowDot, std::size_t(N) * 4));
-      float* partial = static_cast<float*>(be.scratch(Backend::kPartial, std::size_t(colreduce_chunks(N) * C) * 4));
+      float* rowdot = static_cast<float*>(be.scratch(DeviceContext::kRowDot, std::size_t(N) * 4));
+      float* partial = static_cast<float*>(be.scratch(DeviceContext::kPartial, std::size_t(colreduce_chunks(N) * C) * 4));
       k::residual_backward(Dtype::f32, kind, dh, df, dalpha, dout, out, h, f, alpha, c.c, rowdot, N, C, partial,
                            be.stream());
     }
@@ -132,7 +132,7 @@ struct cuda_backend {
   template <ResidualMath M, class T>
   using residual_kernels = std::enable_if_t<std::is_same_v<T, float>, cuda::ResidualKernels<M>>;
 
-  static cuda::Backend& be() { return cuda::current(); }
+  static cuda::DeviceContext& be() { return cuda::current(); }
   // A trainer's first check: a sentence instead of the first cudaMalloc's error.
   static void require_device() {
     std::string why;
@@ -141,11 +141,11 @@ struct cuda_backend {
   }
   static cudaStream_t stream() { return be().stream(); }
   template <class U>
-  static U* scratch(cuda::Backend::Slot slot, std::int64_t n) {
+  static U* scratch(cuda::DeviceContext::Slot slot, std::int64_t n) {
     return static_cast<U*>(be().scratch(slot, std::size_t(std::max<std::int64_t>(n, 1)) * sizeof(U)));
   }
   static float* partial(std::int64_t rows, std::int64_t L) {
-    return scratch<float>(cuda::Backend::kPartial, cuda::colreduce_chunks(rows) * L);
+    return scratch<float>(cuda::DeviceContext::kPartial, cuda::colreduce_chunks(rows) * L);
   }
 
   // What a model of this shape needs of the kernels, refused at construction
@@ -210,7 +210,7 @@ struct cuda_backend {
       }
     }
     starts[n_uniq] = std::int32_t(N);
-    std::int32_t* d = scratch<std::int32_t>(cuda::Backend::kTokens, 3 * N + 1);
+    std::int32_t* d = scratch<std::int32_t>(cuda::DeviceContext::kTokens, 3 * N + 1);
     be().upload(d, h.data(), std::size_t(3 * N + 1) * 4);
     cuda::k::embedding_backward(cuda::Dtype::f32, dwte, d + N, d + 2 * N, d, n_uniq, dout, C, stream());
   }
@@ -236,44 +236,44 @@ struct cuda_backend {
   }
 
   // ---- RoPE, and the fused RoPE + per-head unit norm + s_qk
-  static void rope_apply(float* x, const float* cosv, const float* sinv, std::int64_t B, std::int64_t Tn,
+  static void rope_apply(float* x, const float* cosv, const float* sinv, std::int64_t B, std::int64_t seq,
                          std::int64_t H, std::int64_t D, bool inverse, std::int64_t pos0 = 0) {
     if (inverse) {
       if (pos0 != 0) throw Error("cuda_backend::rope_apply: the inverse rotation runs from position 0 only");
-      cuda::k::qk_backward(cuda::Dtype::f32, cuda::QkKind::none, x, nullptr, nullptr, nullptr, cosv, sinv, B, Tn, H, D,
+      cuda::k::qk_backward(cuda::Dtype::f32, cuda::QkKind::none, x, nullptr, nullptr, nullptr, cosv, sinv, B, seq, H, D,
                            stream());
     } else {
       cuda::k::qk_forward(cuda::Dtype::f32, cuda::QkKind::none, x, nullptr, nullptr, nullptr, nullptr, cosv, sinv, B,
-                          Tn, H, D, stream(), pos0);
+                          seq, H, D, stream(), pos0);
     }
   }
   static void rope_l2norm_scale_forward(float* x, float* xh, float* norm, float* xs, const float* s,
-                                        const float* cosv, const float* sinv, std::int64_t B, std::int64_t Tn,
+                                        const float* cosv, const float* sinv, std::int64_t B, std::int64_t seq,
                                         std::int64_t H, std::int64_t D, std::int64_t pos0 = 0) {
-    cuda::k::qk_forward(cuda::Dtype::f32, cuda::QkKind::unit_scaled, x, xh, norm, xs, s, cosv, sinv, B, Tn, H, D,
+    cuda::k::qk_forward(cuda::Dtype::f32, cuda::QkKind::unit_scaled, x, xh, norm, xs, s, cosv, sinv, B, seq, H, D,
                         stream(), pos0);
   }
   // ds += c Σ_rows dxs ⊙ xh first (dx still holds d xs), then dx in place back to before RoPE.
   static void rope_l2norm_scale_backward(float* dx, float* ds, const float* xh, const float* norm, const float* s,
-                                         const float* cosv, const float* sinv, std::int64_t B, std::int64_t Tn,
+                                         const float* cosv, const float* sinv, std::int64_t B, std::int64_t seq,
                                          std::int64_t H, std::int64_t D, float c) {
-    const std::int64_t N = B * Tn, C = H * D;
+    const std::int64_t N = B * seq, C = H * D;
     cuda::k::column_dot(ds, dx, xh, c, N, C, partial(N, C), stream());
-    cuda::k::qk_backward(cuda::Dtype::f32, cuda::QkKind::unit_scaled, dx, xh, norm, s, cosv, sinv, B, Tn, H, D,
+    cuda::k::qk_backward(cuda::Dtype::f32, cuda::QkKind::unit_scaled, dx, xh, norm, s, cosv, sinv, B, seq, H, D,
                          stream());
   }
 
   // ---- attention
   static void attention_forward(float* y, float* lse, const float* q, const float* k, const float* v, std::int64_t B,
-                                std::int64_t Tn, std::int64_t H, std::int64_t D, float scale,
+                                std::int64_t seq, std::int64_t H, std::int64_t D, float scale,
                                 std::int64_t window = 0) {
-    cuda::k::attention_forward(cuda::Dtype::f32, y, lse, q, k, v, B, Tn, H, D, scale, window, stream());
+    cuda::k::attention_forward(cuda::Dtype::f32, y, lse, q, k, v, B, seq, H, D, scale, window, stream());
   }
   static void attention_backward(float* dq, float* dk, float* dv, const float* dy, const float* y, const float* lse,
-                                 const float* q, const float* k, const float* v, std::int64_t B, std::int64_t Tn,
+                                 const float* q, const float* k, const float* v, std::int64_t B, std::int64_t seq,
                                  std::int64_t H, std::int64_t D, float scale, std::int64_t window = 0) {
-    float* dsum = scratch<float>(cuda::Backend::kAttnSum, B * H * Tn);
-    cuda::k::attention_backward(cuda::Dtype::f32, dq, dk, dv, dsum, dy, y, q, k, v, lse, B, Tn, H, D, scale, window,
+    float* dsum = scratch<float>(cuda::DeviceContext::kAttnSum, B * H * seq);
+    cuda::k::attention_backward(cuda::Dtype::f32, dq, dk, dv, dsum, dy, y, q, k, v, lse, B, seq, H, D, scale, window,
                                 stream());
   }
   static void kv_repeat(float* y, const float* x, std::int64_t N, std::int64_t H, std::int64_t Hkv, std::int64_t D) {
@@ -286,19 +286,19 @@ struct cuda_backend {
   // p: the model's (max_seq) scratch is too small for every head at once; the weights go to (H, S) scratch.
   static void attention_decode(float* y, float* /*p*/, const float* q, const float* kc, const float* vc,
                                std::int64_t S, std::int64_t H, std::int64_t D, float scale) {
-    float* w = scratch<float>(cuda::Backend::kDecode, H * S);
+    float* w = scratch<float>(cuda::DeviceContext::kDecode, H * S);
     cuda::k::attention_decode(y, w, q, kc, vc, S, H, D, scale, stream());
   }
   // P is a host array (diagnostics): q, k and lse come to the host and the CPU routine runs there.
   static void attention_probs(float* P, const float* lse, const float* q, const float* k, std::int64_t B,
-                              std::int64_t Tn, std::int64_t H, std::int64_t D, float scale,
+                              std::int64_t seq, std::int64_t H, std::int64_t D, float scale,
                               std::int64_t window = 0) {
-    const std::size_t nq = std::size_t(B * Tn * H * D), nl = std::size_t(B * H * Tn);
+    const std::size_t nq = std::size_t(B * seq * H * D), nl = std::size_t(B * H * seq);
     std::vector<float> hq(nq), hk(nq), hl(nl);
     be().download(hq.data(), q, nq * 4);
     be().download(hk.data(), k, nq * 4);
     be().download(hl.data(), lse, nl * 4);
-    cpu::attention_probs(P, hl.data(), hq.data(), hk.data(), B, Tn, H, D, scale, window);
+    cpu::attention_probs(P, hl.data(), hq.data(), hk.data(), B, seq, H, D, scale, window);
   }
 
   // ---- MLP activations
@@ -337,7 +337,7 @@ struct cuda_backend {
   static double cross_entropy(float* dlogits, const float* logits, const std::int64_t* targets, std::int64_t N,
                               std::int64_t V) {
     const std::int32_t* d = stage_tokens(targets, N);
-    float* loss = scratch<float>(cuda::Backend::kRowLoss, N);
+    float* loss = scratch<float>(cuda::DeviceContext::kRowLoss, N);
     cuda::k::cross_entropy(cuda::Dtype::f32, dlogits, loss, logits, nullptr, d, N, V, stream());
     std::vector<float>& hl = host_losses();
     hl.resize(std::size_t(N));
@@ -354,9 +354,9 @@ struct cuda_backend {
     if (n > 0 && dst != src)
       NORMLAB_CUDA_CHECK(cudaMemcpyAsync(dst, src, std::size_t(n) * 4, cudaMemcpyDeviceToDevice, stream()));
   }
-  static void rope_table(float* cosv, float* sinv, std::int64_t Tn, std::int64_t dk, double base) {
-    std::vector<float> c(std::size_t(Tn * dk / 2)), s(c.size());
-    cpu::rope_table(c.data(), s.data(), Tn, dk, base);
+  static void rope_table(float* cosv, float* sinv, std::int64_t seq, std::int64_t dk, double base) {
+    std::vector<float> c(std::size_t(seq * dk / 2)), s(c.size());
+    cpu::rope_table(c.data(), s.data(), seq, dk, base);
     be().upload(cosv, c.data(), c.size() * 4);
     be().upload(sinv, s.data(), s.size() * 4);
   }
@@ -409,8 +409,8 @@ struct cuda_backend {
   }
   // Σ x² in double with a fixed reduction tree (the global gradient norm).
   static double sum_squares(const float* x, std::int64_t n) {
-    double* part = scratch<double>(cuda::Backend::kNormPartial, cuda::k::kSumSqBlocks);
-    double* out = scratch<double>(cuda::Backend::kNormOut, 1);
+    double* part = scratch<double>(cuda::DeviceContext::kNormPartial, cuda::k::kSumSqBlocks);
+    double* out = scratch<double>(cuda::DeviceContext::kNormOut, 1);
     cuda::k::sum_squares(out, part, x, n, stream());
     double h = 0;
     be().download(&h, out, sizeof(double));
@@ -425,7 +425,7 @@ struct cuda_backend {
     std::vector<std::int32_t>& h = host_tokens();
     h.resize(std::size_t(N));
     for (std::int64_t i = 0; i < N; ++i) h[std::size_t(i)] = std::int32_t(ids[i]);
-    std::int32_t* d = scratch<std::int32_t>(cuda::Backend::kTokens, 3 * N + 1);
+    std::int32_t* d = scratch<std::int32_t>(cuda::DeviceContext::kTokens, 3 * N + 1);
     be().upload(d, h.data(), std::size_t(N) * 4);
     return d;
   }

@@ -31,7 +31,7 @@
 #include <utility>
 #include <vector>
 
-#include "normlab/backend/cuda/backend.hpp"
+#include "normlab/backend/cuda/device_context.hpp"
 #include "normlab/core/error.hpp"
 #include "normlab/dist/comm.hpp"
 
@@ -186,13 +186,13 @@ class NcclComm {
                   " GPU(s) visible: start at most " + std::to_string(devices) + " ranks per node (one GPU each)");
     const int local = launcher_local_rank();
     device_ = (local >= 0 ? local : rank()) % devices;
-    static cuda::Backend* mine = new cuda::Backend(device_);  // never destroyed, as cuda::current()'s
+    static cuda::DeviceContext* mine = new cuda::DeviceContext(device_);  // never destroyed, as cuda::current()'s
     cuda::use(*mine);
   }
   // The NCCL communicator and the side stream, at the first collective.
   void ensure_started() {
     if (comm_) return;
-    cuda::current();  // the device is set (cuda::Backend's constructor) before NCCL binds to it
+    cuda::current();  // the device is set (cuda::DeviceContext's constructor) before NCCL binds to it
     ncclUniqueId id{};
     if (rank() == 0) check(ncclGetUniqueId(&id), "ncclGetUniqueId");
     host_.broadcast_bytes(&id, sizeof id);

@@ -3,10 +3,10 @@
 // file once per variant with -DNORMLAB_ENTRY_VARIANT=<name>, and
 // train/model_adapter.hpp declares these instantiations extern under
 // NORMLAB_PREBUILT_ENTRIES.
-#include "normlab/train/model_adapter.hpp"
+#include "normlab/app/model_adapter.hpp"
 
 #ifndef NORMLAB_ENTRY_VARIANT
-#error "src/variant_entry.cpp: compile with -DNORMLAB_ENTRY_VARIANT=<variant> (CMake does, once per variant)"
+#error "app/src/variant_entry.cpp: compile with -DNORMLAB_ENTRY_VARIANT=<variant> (CMake does, once per variant)"
 #endif
 
 namespace normlab {

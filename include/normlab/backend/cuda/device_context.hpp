@@ -1,7 +1,7 @@
 #pragma once
-// cuda::Backend: the stream, the cuBLASLt handle, its workspace, a cache of
+// cuda::DeviceContext: the stream, the cuBLASLt handle, its workspace, a cache of
 // matmul descriptors and algorithms and the ops' grow-only scratch, held by one
-// object. cuda_backend's static ops run on cuda::current() (below): the Backend
+// object. cuda_backend's static ops run on cuda::current() (below): the DeviceContext
 // given to cuda::use(), else one on device 0. Plain C++: host code compiled by
 // g++ uses it; link CUDA::cudart and CUDA::cublasLt.
 //
@@ -88,19 +88,19 @@ class DeviceBuffer {
   std::size_t bytes_ = 0;
 };
 
-class Backend {
+class DeviceContext {
  public:
   static constexpr std::size_t kWorkspaceBytes = 32u << 20;
 
-  explicit Backend(int device = 0) {
+  explicit DeviceContext(int device = 0) {
     NORMLAB_CUDA_CHECK(cudaSetDevice(device));
     NORMLAB_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     NORMLAB_CUBLAS_CHECK(cublasLtCreate(&lt_));
     workspace_ = DeviceBuffer(kWorkspaceBytes);
   }
-  Backend(const Backend&) = delete;
-  Backend& operator=(const Backend&) = delete;
-  ~Backend() {
+  DeviceContext(const DeviceContext&) = delete;
+  DeviceContext& operator=(const DeviceContext&) = delete;
+  ~DeviceContext() {
     for (auto& [key, plan] : plans_) destroy(plan);
     if (lt_) cublasLtDestroy(lt_);
     if (stream_) cudaStreamDestroy(stream_);
@@ -151,7 +151,7 @@ class Backend {
   // ab: type of A and B; c: type of C (= D, written in place).
   void gemm(Dtype ab, Dtype c, bool transA, bool transB, std::int64_t M, std::int64_t N, std::int64_t K,
             const void* A, const void* B, void* C, float alpha, float beta) {
-    if (M <= 0 || N <= 0 || K <= 0) throw Error("cuda::Backend::gemm: empty product");
+    if (M <= 0 || N <= 0 || K <= 0) throw Error("cuda::DeviceContext::gemm: empty product");
     const Key key{int(ab), int(c), transA, transB, M, N, K, align(A), align(B), align(C)};
     auto it = plans_.find(key);
     if (it == plans_.end()) it = plans_.emplace(key, make_plan(key)).first;
@@ -234,7 +234,7 @@ class Backend {
     cublasLtMatmulPreferenceDestroy(pref);
     if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
       destroy(p);
-      throw Error(std::string("cuda::Backend::gemm: cuBLASLt has no algorithm for ") + dtype_name(Dtype(ab_i)) +
+      throw Error(std::string("cuda::DeviceContext::gemm: cuBLASLt has no algorithm for ") + dtype_name(Dtype(ab_i)) +
                   "->" + dtype_name(Dtype(c_i)) + " M=" + std::to_string(M) + " N=" + std::to_string(N) +
                   " K=" + std::to_string(K) + (transA ? " A^T" : "") + (transB ? " B^T" : "") +
                   " (status " + cublasLtGetStatusName(st) + ")");
@@ -257,19 +257,19 @@ class Backend {
   DeviceBuffer scratch_[kSlots];
 };
 
-// The Backend the static ops of normlab::cuda_backend run on: the one given to
+// The DeviceContext the static ops of normlab::cuda_backend run on: the one given to
 // use(), or else one on device 0 created at first use. It is never destroyed
 // (models may outlive any scope that could own it, and the CUDA runtime's
 // teardown at exit must not race a handle's destruction).
-inline Backend*& current_slot() {
-  static Backend* current = nullptr;
+inline DeviceContext*& current_slot() {
+  static DeviceContext* current = nullptr;
   return current;
 }
-inline Backend& current() {
-  Backend*& b = current_slot();
-  if (!b) b = new Backend(0);
+inline DeviceContext& current() {
+  DeviceContext*& b = current_slot();
+  if (!b) b = new DeviceContext(0);
   return *b;
 }
-inline void use(Backend& be) { current_slot() = &be; }
+inline void use(DeviceContext& be) { current_slot() = &be; }
 
 }  // namespace normlab::cuda

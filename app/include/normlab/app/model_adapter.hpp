@@ -12,9 +12,9 @@
 
 #include "normlab/nn/policies.hpp"
 #include "normlab/train/checkpoint.hpp"
-#include "normlab/train/model_handle.hpp"
-#include "normlab/train/run_options.hpp"
-#include "normlab/train/sampling.hpp"
+#include "normlab/app/model_handle.hpp"
+#include "normlab/app/run_options.hpp"
+#include "normlab/app/sampling.hpp"
 #include "normlab/train/variants.hpp"
 
 namespace normlab {
@@ -45,8 +45,8 @@ class ModelAdapter final : public ModelHandle<typename Model::backend> {
  public:
   static_assert(std::is_same_v<typename Model::scalar_type, float>, "the training driver trains float32 models");
   ModelAdapter(const ModelConfig& mc, std::int64_t batch, std::int64_t seq) : m_(mc, batch, seq) {}
-  double forward(const std::int64_t* idx, const std::int64_t* targets, std::int64_t B, std::int64_t Tn) override {
-    return m_.forward(idx, targets, B, Tn);
+  double forward(const std::int64_t* idx, const std::int64_t* targets, std::int64_t B, std::int64_t seq) override {
+    return m_.forward(idx, targets, B, seq);
   }
   ParamStore<float>& params() override { return m_.params(); }
   const ParamStore<float>& params() const override { return m_.params(); }
@@ -92,7 +92,7 @@ VariantEntry<Backend> variant_entry() {
 
 // The built-in variants' entries on the CPU backend (their adapters, checkpoint
 // I/O and sampling), compiled once per variant in normlab_entries
-// (src/variant_entry.cpp) where a trainer links it (NORMLAB_PREBUILT_ENTRIES):
+// (app/src/variant_entry.cpp) where a trainer links it (NORMLAB_PREBUILT_ENTRIES):
 // train-<variant>'s own translation unit then compiles only its main().
 #ifdef NORMLAB_PREBUILT_ENTRIES
 #define NORMLAB_EXTERN_ENTRY(NAME, ...) \

@@ -14,9 +14,9 @@
 // Exit codes: 0 success, 2 bad input (flags, data, checkpoints), 3 the run
 // stopped on a non-finite loss or gradient (the last good checkpoint is kept).
 #include "normlab/optim/any_optimizer.hpp"
-#include "normlab/train/driver_core.hpp"
-#include "normlab/train/model_adapter.hpp"
-#include "normlab/train/run_options.hpp"
+#include "normlab/app/driver_core.hpp"
+#include "normlab/app/model_adapter.hpp"
+#include "normlab/app/run_options.hpp"
 #include "normlab/train/variants.hpp"
 
 namespace normlab {
@@ -61,7 +61,7 @@ int time_training(TrainOptions o, Comm& comm) {
 }  // namespace normlab
 
 #ifdef NORMLAB_PREBUILT_DRIVER
-// The library (src/driver.cpp) holds these; nothing of the driver is compiled here.
+// The library (app/src/driver.cpp) holds these; nothing of the driver is compiled here.
 namespace normlab {
 #define NORMLAB_DRIVER_EXTERN(COMM)                                                                              \
   extern template int detail::train_main_with<COMM, cpu_backend>(int, char**, const VariantEntry<cpu_backend>&, \
@@ -80,5 +80,5 @@ NORMLAB_DRIVER_EXTERN(dist::MpiComm)
 extern template OptimizerMenu<cpu_backend> optimizer_menu<cpu_backend, builtin_optimizers>();
 }  // namespace normlab
 #else
-#include "normlab/train/driver_impl.hpp"
+#include "normlab/app/driver_impl.hpp"
 #endif

@@ -19,8 +19,8 @@
 
 #include "normlab/core/process.hpp"
 #include "normlab/train/checkpoint.hpp"
-#include "normlab/train/cli.hpp"
-#include "normlab/train/driver.hpp"
+#include "normlab/app/cli.hpp"
+#include "normlab/app/driver.hpp"
 #include "normlab/train/eval.hpp"
 #include "normlab/train/variants.hpp"
 

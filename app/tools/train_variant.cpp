@@ -1,7 +1,7 @@
 // train-<variant> and train-<variant>-cuda: one executable per variant and
 // backend, each a single type instantiation (NORMLAB_TRAIN_VARIANT and, for the
 // GPU, NORMLAB_TRAIN_CUDA are set by CMake), sharing one driver.
-#include "normlab/train/driver.hpp"
+#include "normlab/app/driver.hpp"
 #ifdef NORMLAB_TRAIN_CUDA
 #include "normlab/backend/cuda/cuda_backend.hpp"
 #ifdef NORMLAB_HAVE_NCCL

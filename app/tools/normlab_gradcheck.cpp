@@ -4,7 +4,7 @@
 // exit 0 only if every variant is within 1e-6.
 #include <CLI/CLI.hpp>
 
-#include "normlab/train/cli.hpp"
+#include "normlab/app/cli.hpp"
 #include <cstdio>
 
 #include "normlab/train/gradcheck.hpp"

@@ -3,7 +3,7 @@
 //
 // Runs every train-<variant> once per seed, one after another, each with
 // `--seed S --out DIR/<variant>/seed<S>` followed by the pass-through flags, then
-// writes DIR/results.md (see normlab/train/ablate.hpp for what is measured),
+// writes DIR/results.md (see normlab/app/ablate.hpp for what is measured),
 // DIR/loss.gp and, with gnuplot, DIR/loss_vs_tokens.png and .svg. With
 // --extrapolate, normlab-eval measures each run's final checkpoint at multiples of
 // its training context: a table in results.md and DIR/loss_vs_context.png/.svg.
@@ -33,8 +33,8 @@
 #include <nlohmann/json.hpp>
 
 #include "normlab/core/process.hpp"
-#include "normlab/train/ablate.hpp"
-#include "normlab/train/context_report.hpp"
+#include "normlab/app/ablate.hpp"
+#include "normlab/app/context_report.hpp"
 #include "normlab/train/variants.hpp"
 
 namespace fs = std::filesystem;

@@ -15,7 +15,7 @@
 #include "normlab/optim/adamw.hpp"
 #include "normlab/train/checkpoint.hpp"
 #include "normlab/train/data.hpp"
-#include "normlab/train/run_options.hpp"
+#include "normlab/app/run_options.hpp"
 
 namespace normlab {
 

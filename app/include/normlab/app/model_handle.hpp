@@ -24,7 +24,7 @@
 #include "normlab/nn/config.hpp"
 #include "normlab/nn/params.hpp"
 #include "normlab/optim/any_optimizer.hpp"
-#include "normlab/train/run_options.hpp"
+#include "normlab/app/run_options.hpp"
 
 namespace normlab {
 
@@ -36,7 +36,7 @@ class ModelHandle {
   using optimizer = AnyOptimizer<float, Backend>;
 
   virtual ~ModelHandle() = default;
-  virtual double forward(const std::int64_t* idx, const std::int64_t* targets, std::int64_t B, std::int64_t Tn) = 0;
+  virtual double forward(const std::int64_t* idx, const std::int64_t* targets, std::int64_t B, std::int64_t seq) = 0;
   void backward(bool accumulate = false) { backward_reporting(accumulate, nullptr); }
   // `ready(from)`: gradients [from, size) are final (Transformer::backward).
   template <class Ready>

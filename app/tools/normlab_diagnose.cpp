@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "normlab/core/process.hpp"
-#include "normlab/diag/diagnostics.hpp"
-#include "normlab/train/driver.hpp"
+#include "normlab/app/diag_report.hpp"
+#include "normlab/app/driver.hpp"
 
 namespace fs = std::filesystem;
 using namespace normlab;

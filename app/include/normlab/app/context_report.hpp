@@ -18,7 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "normlab/core/error.hpp"
-#include "normlab/train/ablate.hpp"
+#include "normlab/app/ablate.hpp"
 
 namespace normlab::ablate {
 

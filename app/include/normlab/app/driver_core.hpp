@@ -9,8 +9,8 @@
 #ifdef NORMLAB_HAVE_MPI
 #include "normlab/dist/mpi.hpp"
 #endif
-#include "normlab/train/model_handle.hpp"
-#include "normlab/train/run_options.hpp"
+#include "normlab/app/model_handle.hpp"
+#include "normlab/app/run_options.hpp"
 
 namespace normlab {
 

@@ -1,7 +1,7 @@
 // The training driver for the CPU backend, compiled once: every train-<variant>
 // built against normlab_driver links this instead of compiling the driver
 // (driver.hpp declares these instantiations extern under NORMLAB_PREBUILT_DRIVER).
-#include "normlab/train/driver_impl.hpp"
+#include "normlab/app/driver_impl.hpp"
 
 namespace normlab {
 #define NORMLAB_DRIVER_INSTANCE(COMM)                                                                     \

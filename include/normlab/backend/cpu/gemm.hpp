@@ -1,0 +1,282 @@
+#pragma once
+// cpu::gemm, the one matrix product every CPU op calls (its engines per scalar
+// type and their threading), and the linear layers on it. Apart because the
+// choice of engine and the split of C over threads are one concern.
+#include <Eigen/Core>
+
+// cpu::gemm drives Eigen's own GEBP product kernels (gebp_kernel, gemm_pack_lhs/rhs,
+// their 3.4 signatures); with Eigen 3.3 it would not compile or would misbehave.
+static_assert(EIGEN_VERSION_AT_LEAST(3, 4, 0),
+              "normlab: the CPU backend needs Eigen 3.4 or later (its GEMM uses Eigen 3.4's product kernels)");
+#ifdef NORMLAB_HAVE_OPENBLAS
+#include <cblas.h>
+#endif
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "normlab/backend/cpu/primitives.hpp"
+#include "normlab/backend/cpu/sgemm_avx512.hpp"
+
+namespace normlab::cpu {
+
+// C(M,N) (row-major, leading dimension ldc) = alpha·op(A)(M,K)·op(B)(K,N) + beta_one·C,
+// where A/B are read row- or column-major (LhsOrder/RhsOrder) with leading
+// dimensions lda/ldb. Eigen's packing routines and GEBP micro-kernels do the
+// arithmetic; the loop around them is ours, for three reasons:
+//  - no heap allocation: the packing buffers are grow-only scratch (Eigen's
+//    own product allocates them on every call);
+//  - the shared operand B is packed once per K-slab, by both threads together,
+//    and read by both (splitting C's rows and calling Eigen's sequential
+//    product per thread packed all of B in every thread);
+//  - C's rows go in fixed chunks handed out dynamically, each zeroed by the
+//    thread that computes it: a thread on a slower (or busier) core takes fewer
+//    chunks instead of making the other wait, and no serial zero-fill.
+// Every element of C is summed over the same K-slabs in the same order by the
+// same micro-kernel whichever thread computes its chunk, so the result has the
+// same bits for any thread count. Inside an OpenMP region (attention's
+// per-head loops) it runs on the calling thread with its own buffers.
+namespace detail {
+template <class T, int LhsOrder, int RhsOrder>
+struct GemmKernels {
+  // Eigen computes column-major results: our row-major C(M,N) is its Cᵀ(N,M) =
+  // op(B)ᵀ·op(A)ᵀ, so Eigen's lhs is our B (storage order flipped) and its rhs our A.
+  static constexpr int kLhsOrder = RhsOrder == Eigen::RowMajor ? Eigen::ColMajor : Eigen::RowMajor;
+  static constexpr int kRhsOrder = LhsOrder == Eigen::RowMajor ? Eigen::ColMajor : Eigen::RowMajor;
+  using Traits = Eigen::internal::gebp_traits<T, T>;
+  using LhsMapper = Eigen::internal::const_blas_data_mapper<T, Eigen::Index, kLhsOrder>;
+  using RhsMapper = Eigen::internal::const_blas_data_mapper<T, Eigen::Index, kRhsOrder>;
+  using ResMapper = Eigen::internal::blas_data_mapper<T, Eigen::Index, Eigen::ColMajor, Eigen::Unaligned, 1>;
+  using PackLhs = Eigen::internal::gemm_pack_lhs<T, Eigen::Index, LhsMapper, Traits::mr, Traits::LhsProgress,
+                                                 typename Traits::LhsPacket4Packing, kLhsOrder>;
+  using PackRhs = Eigen::internal::gemm_pack_rhs<T, Eigen::Index, RhsMapper, Traits::nr, kRhsOrder>;
+  using Gebp = Eigen::internal::gebp_kernel<T, T, Eigen::Index, ResMapper, Traits::mr, Traits::nr, false, false>;
+};
+}  // namespace detail
+
+namespace detail {
+template <class T, int LhsOrder, int RhsOrder>
+void eigen_gemm(std::int64_t M, std::int64_t N, std::int64_t K, const T* A, std::int64_t lda, const T* B,
+                std::int64_t ldb, T* C, std::int64_t ldc, bool accumulate, T alpha) {
+  if (M <= 0 || N <= 0) return;
+  using G = detail::GemmKernels<T, LhsOrder, RhsOrder>;
+  constexpr std::int64_t mr = G::Traits::mr;
+  if (K <= 0) {
+    if (!accumulate)
+      for (std::int64_t i = 0; i < M; ++i) std::fill_n(C + i * ldc, N, T(0));
+    return;
+  }
+  // Blocking of the whole problem (thread-count independent): Eigen's "rows"
+  // are our N, its "cols" our M, its depth our K.
+  Eigen::Index kc = K, mc = N, nc = M;
+  Eigen::internal::computeProductBlockingSizes<T, T>(kc, mc, nc, Eigen::Index(1));
+  mc = std::max<Eigen::Index>(mr, mc / mr * mr);  // B's row blocks start on micro-panel boundaries
+  // C's rows in chunks of a multiple of 16 (whole micro-panels), about 32 of them.
+  const std::int64_t chunk = std::clamp<std::int64_t>((M / 32 + 15) / 16 * 16, 16, 256);
+  const std::int64_t chunks = (M + chunk - 1) / chunk;
+  const std::int64_t kslabs = (K + kc - 1) / kc;
+  typename G::LhsMapper lhs(B, ldb);
+  typename G::RhsMapper rhs(A, lda);
+  typename G::ResMapper res(C, ldc);
+  // One K-slab of B, packed whole (N × kc), shared by the threads; A's chunk per thread.
+  const std::size_t sizeB = std::size_t(N) * std::size_t(kc);
+  const std::size_t sizeA = std::size_t(chunk) * std::size_t(kc);
+  const bool parallel = !in_parallel() && max_threads() > 1 && double(M) * double(N) * double(K) >= double(1 << 18) && chunks > 1;
+  T* packedB = parallel ? detail::thread_scratch<T, detail::kGemmShared>(sizeB) : nullptr;
+
+  auto pack_b_rows = [&](T* dst, std::int64_t k0, std::int64_t kn, std::int64_t r0, std::int64_t rn) {
+    typename G::PackLhs pack;
+    pack(dst + r0 * kn, lhs.getSubMapper(r0, k0), kn, rn);
+  };
+  auto compute_chunk = [&](const T* packed, T* packA, std::int64_t k0, std::int64_t kn, std::int64_t c) {
+    const std::int64_t j0 = c * chunk, jn = std::min(chunk, M - j0);
+    if (k0 == 0 && !accumulate)
+      for (std::int64_t i = j0; i < j0 + jn; ++i) std::fill_n(C + i * ldc, N, T(0));
+    typename G::PackRhs pack;
+    pack(packA, rhs.getSubMapper(k0, j0), kn, jn);
+    typename G::Gebp gebp;
+    for (std::int64_t i2 = 0; i2 < N; i2 += mc) {
+      const std::int64_t in = std::min<std::int64_t>(mc, N - i2);
+      gebp(res.getSubMapper(i2, j0), packed + i2 * kn, packA, in, kn, jn, alpha);
+    }
+  };
+
+  if (!parallel) {
+    // B's slab, then A's chunk from the next 64-byte boundary.
+    const std::size_t offsetA = (sizeB + 15) / 16 * 16;
+    T* scratch = detail::thread_scratch<T, detail::kGemmPack>(offsetA + sizeA);
+    T* packA = scratch + offsetA;
+    for (std::int64_t s = 0; s < kslabs; ++s) {
+      const std::int64_t k0 = s * kc, kn = std::min<std::int64_t>(kc, K - k0);
+      pack_b_rows(scratch, k0, kn, 0, N);
+      for (std::int64_t c = 0; c < chunks; ++c) compute_chunk(scratch, packA, k0, kn, c);
+    }
+    return;
+  }
+  // B's packing split in row blocks of whole micro-panels.
+  const std::int64_t bblock = std::max<std::int64_t>(mr, (N / 8 + mr - 1) / mr * mr);
+  const std::int64_t bblocks = (N + bblock - 1) / bblock;
+#pragma omp parallel
+  {
+    T* packA = detail::thread_scratch<T, detail::kGemmPack>(sizeA);
+    for (std::int64_t s = 0; s < kslabs; ++s) {
+      const std::int64_t k0 = s * kc, kn = std::min<std::int64_t>(kc, K - k0);
+#pragma omp for schedule(static)
+      for (std::int64_t b = 0; b < bblocks; ++b)
+        pack_b_rows(packedB, k0, kn, b * bblock, std::min(bblock, N - b * bblock));
+      // (implicit barrier: the slab is packed before anyone reads it)
+#pragma omp for schedule(dynamic, 1)
+      for (std::int64_t c = 0; c < chunks; ++c) compute_chunk(packedB, packA, k0, kn, c);
+      // (implicit barrier: nobody still reads the slab when the next one is packed)
+    }
+  }
+}
+
+}  // namespace detail
+
+// The float32 engine, fastest first (measured: docs/perf.md): normlab's
+// own AVX-512 kernels where the build targets AVX-512F, else OpenBLAS's (its
+// OpenMP build, when CMake found it), else Eigen's. float64 always stays on
+// Eigen's kernels: the oracle shares no code with the fast path's GEMM.
+#if defined(NORMLAB_HAVE_SGEMM_AVX512)
+#define NORMLAB_SERIAL_SGEMM 1
+inline constexpr const char* kFloatGemmEngine = "normlab's AVX-512 kernels, normlab's threading";
+#elif defined(NORMLAB_HAVE_OPENBLAS)
+#define NORMLAB_SERIAL_SGEMM 1
+inline constexpr const char* kFloatGemmEngine = "OpenBLAS kernels, normlab's threading";
+#else
+inline constexpr const char* kFloatGemmEngine = "Eigen kernels, normlab's threading";
+#endif
+
+#ifdef NORMLAB_SERIAL_SGEMM
+namespace detail {
+#ifdef NORMLAB_HAVE_OPENBLAS
+// One single-threaded OpenBLAS product. Called inside an OpenMP region it never
+// threads itself (OpenBLAS's OpenMP build checks omp_in_parallel), so it neither
+// allocates (its threaded driver mallocs a job array per call) nor changes its
+// K-blocking with the thread count (its threaded and serial drivers split K
+// differently, so their bits differ).
+template <int LhsOrder, int RhsOrder>
+void openblas_sgemm(std::int64_t M, std::int64_t N, std::int64_t K, const float* A, std::int64_t lda, const float* B,
+                    std::int64_t ldb, float* C, std::int64_t ldc, float beta, float alpha) {
+  cblas_sgemm(CblasRowMajor, LhsOrder == Eigen::RowMajor ? CblasNoTrans : CblasTrans,
+              RhsOrder == Eigen::RowMajor ? CblasNoTrans : CblasTrans, blasint(M), blasint(N), blasint(K), alpha, A,
+              blasint(lda), B, blasint(ldb), beta, C, blasint(ldc));
+}
+#endif
+
+// The calling thread's scratch for serial_sgemm, allocated now if it is not yet.
+inline void reserve_serial_sgemm_scratch() {
+#if defined(NORMLAB_HAVE_SGEMM_AVX512)
+  thread_scratch<float, kSgemmPack>(std::size_t(avx512::kPackFloats));
+#endif
+}
+
+// One serial float32 product on the calling thread with the build's engine;
+// M, N, K > 0. The AVX-512 kernels pack into this thread's grow-only scratch.
+template <int LhsOrder, int RhsOrder>
+void serial_sgemm(std::int64_t M, std::int64_t N, std::int64_t K, const float* A, std::int64_t lda, const float* B,
+                  std::int64_t ldb, float* C, std::int64_t ldc, bool accumulate, float alpha) {
+#if defined(NORMLAB_HAVE_SGEMM_AVX512)
+#ifdef NORMLAB_HAVE_OPENBLAS
+  // Small products (a tiny model's layers, 64 × 64 × 64 blocks): OpenBLAS's
+  // small-matrix kernels skip packing, which would be ~10% of such a product
+  // here (measured: the generic attention's forward 1.12× slower at T = 256 with
+  // its blocks on the packing kernels; float32 attention now has its own path,
+  // attention_avx512.hpp).
+  if (double(M) * double(N) * double(K) <= double(1 << 18))
+    return openblas_sgemm<LhsOrder, RhsOrder>(M, N, K, A, lda, B, ldb, C, ldc, accumulate ? 1.0f : 0.0f, alpha);
+#endif
+  float* pack = thread_scratch<float, kSgemmPack>(std::size_t(avx512::kPackFloats));
+  avx512::sgemm<LhsOrder == Eigen::RowMajor, RhsOrder == Eigen::RowMajor>(M, N, K, A, lda, B, ldb, C, ldc, accumulate,
+                                                                          alpha, pack);
+#else
+  openblas_sgemm<LhsOrder, RhsOrder>(M, N, K, A, lda, B, ldb, C, ldc, accumulate ? 1.0f : 0.0f, alpha);
+#endif
+}
+}  // namespace detail
+#endif
+
+template <class T, int LhsOrder, int RhsOrder>
+void gemm(std::int64_t M, std::int64_t N, std::int64_t K, const T* A, std::int64_t lda, const T* B, std::int64_t ldb,
+          T* C, std::int64_t ldc, bool accumulate, T alpha = T(1)) {
+#ifdef NORMLAB_SERIAL_SGEMM
+  // Empty products (nothing to do, or C = 0 when K = 0) take the Eigen path's handling below.
+  if constexpr (std::is_same_v<T, float>) {
+    if (M > 0 && N > 0 && K > 0) {
+      // Inside a region (attention's per-head loops) the calling thread does it all.
+      if (in_parallel())
+        return detail::serial_sgemm<LhsOrder, RhsOrder>(M, N, K, A, lda, B, ldb, C, ldc, accumulate, alpha);
+      // Small products (≤ 2^18 multiply-adds, OpenBLAS's own threading threshold): one call.
+      if (double(M) * double(N) * double(K) <= double(1 << 18))
+        return detail::serial_sgemm<LhsOrder, RhsOrder>(M, N, K, A, lda, B, ldb, C, ldc, accumulate, alpha);
+      // Otherwise C goes in fixed pieces along its longer side, handed out
+      // dynamically to the OpenMP team: a thread on a slower (or busier) core takes
+      // fewer. The pieces depend on the shape only (one thread runs the same pieces
+      // in turn) and each is one serial product, so C has the same bits for any
+      // thread count. Each piece packs the other operand again: pieces of ≥ 512
+      // rows (or columns) where the shape allows keep that to a few % of the work.
+      // Pieces are whole micro-tiles of the engine's kernel where it has them (the
+      // AVX-512 kernel's 14 × 32: a 128-row piece would compute 140 rows).
+      const bool split_rows = M >= N;
+      const std::int64_t len = split_rows ? M : N;
+      const std::int64_t pieces = std::clamp<std::int64_t>(len / 512, 2, 8);
+#if defined(NORMLAB_HAVE_SGEMM_AVX512)
+      const std::int64_t quantum = split_rows ? avx512::kMR : avx512::kNR;
+#else
+      const std::int64_t quantum = 16;
+#endif
+      const std::int64_t step = ((len + pieces - 1) / pieces + quantum - 1) / quantum * quantum;
+      const std::int64_t count = (len + step - 1) / step;
+      auto piece = [&](std::int64_t p) {
+        const std::int64_t b = p * step, n = std::min(step, len - b);
+        if (split_rows) {
+          const float* Ap = LhsOrder == Eigen::RowMajor ? A + b * lda : A + b;
+          detail::serial_sgemm<LhsOrder, RhsOrder>(n, N, K, Ap, lda, B, ldb, C + b * ldc, ldc, accumulate, alpha);
+        } else {
+          const float* Bp = RhsOrder == Eigen::RowMajor ? B + b : B + b * ldb;
+          detail::serial_sgemm<LhsOrder, RhsOrder>(M, n, K, A, lda, Bp, ldb, C + b, ldc, accumulate, alpha);
+        }
+      };
+      if (max_threads() == 1) {
+        for (std::int64_t p = 0; p < count; ++p) piece(p);  // the same pieces, in turn
+      } else {
+#pragma omp parallel
+        {
+          // Every thread of the team sets up its packing scratch, piece or no
+          // piece: with pieces handed out dynamically, a thread that got none in
+          // the warm-up steps (descheduled on a busy host) allocated it in a
+          // later step (test_noalloc failed 16 times in 100 beside two busy
+          // processes).
+          detail::reserve_serial_sgemm_scratch();
+#pragma omp for schedule(dynamic, 1)
+          for (std::int64_t p = 0; p < count; ++p) piece(p);
+        }
+      }
+      return;
+    }
+  }
+#endif
+  detail::eigen_gemm<T, LhsOrder, RhsOrder>(M, N, K, A, lda, B, ldb, C, ldc, accumulate, alpha);
+}
+
+// ---------------------------------------------------------------- GEMMs
+// Y(N,out) = X(N,in) Wᵀ  (or += when accumulate). Wᵀ is W read column-major: no transposed copy.
+// alpha scales the product (anGPT's constant output factors ride on the GEMM).
+template <class T>
+void linear_forward(T* Y, const T* X, const T* W, std::int64_t N, std::int64_t in, std::int64_t out,
+                    bool accumulate = false, T alpha = T(1)) {
+  gemm<T, Eigen::RowMajor, Eigen::ColMajor>(N, out, in, X, in, W, in, Y, out, accumulate, alpha);
+}
+
+// dX(N,in) = alpha dY(N,out) W(out,in);  dW(out,in) += alpha dYᵀ X  (dYᵀ: dY read column-major);
+// the backward of linear_forward with the same alpha.
+template <class T>
+void linear_backward(T* dX, T* dW, const T* dY, const T* X, const T* W, std::int64_t N, std::int64_t in,
+                     std::int64_t out, T alpha = T(1)) {
+  if (dX) gemm<T, Eigen::RowMajor, Eigen::RowMajor>(N, in, out, dY, out, W, in, dX, in, false, alpha);
+  if (dW) gemm<T, Eigen::ColMajor, Eigen::RowMajor>(out, in, N, dY, out, X, in, dW, in, true, alpha);
+}
+
+}  // namespace normlab::cpu

@@ -1,0 +1,225 @@
+#pragma once
+// The MLP's activations: plain pointwise ones (relu², GELU) and SwiGLU, plain and
+// scaled (nGPT), with their backward passes over Eigen packets. Apart: the
+// elementwise math of the block's second half.
+#include <Eigen/Core>
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "normlab/backend/cpu/primitives.hpp"
+#include "normlab/core/pointwise.hpp"
+
+namespace normlab::cpu {
+
+// ---------------------------------------------------------------- plain activations
+// act = f(u) elementwise over n values, and du = f'(u) ⊙ dact (Pointwise names f).
+template <class T>
+inline T pointwise_value(Pointwise fn, T u) {
+  switch (fn) {
+    case Pointwise::relu2: return u > T(0) ? u * u : T(0);
+    case Pointwise::gelu_tanh: {
+      const T c = T(0.7978845608028654), a = T(0.044715);  // √(2/π)
+      return T(0.5) * u * (T(1) + std::tanh(c * (u + a * u * u * u)));
+    }
+    case Pointwise::gelu_erf: return T(0.5) * u * (T(1) + std::erf(u * T(0.7071067811865476)));
+  }
+  return T(0);
+}
+template <class T>
+inline T pointwise_derivative(Pointwise fn, T u) {
+  switch (fn) {
+    case Pointwise::relu2: return u > T(0) ? T(2) * u : T(0);
+    case Pointwise::gelu_tanh: {
+      const T c = T(0.7978845608028654), a = T(0.044715);
+      const T th = std::tanh(c * (u + a * u * u * u));
+      return T(0.5) * (T(1) + th) + T(0.5) * u * (T(1) - th * th) * c * (T(1) + T(3) * a * u * u);
+    }
+    case Pointwise::gelu_erf: {
+      const T pdf = std::exp(T(-0.5) * u * u) * T(0.3989422804014327);  // 1/√(2π)
+      return T(0.5) * (T(1) + std::erf(u * T(0.7071067811865476))) + u * pdf;
+    }
+  }
+  return T(0);
+}
+// The chunk loops below switch once per chunk, not per value, and write each
+// function as Eigen array expressions, so relu² and GELU (tanh) run on
+// vectors (Eigen's tanh is vectorized for float; for double it calls
+// std::tanh per value, as pointwise_value does). GELU (erf) stays a scalar
+// loop: Eigen's core has no vectorized erf.
+template <class T>
+void pointwise_forward(Pointwise fn, T* act, const T* u, std::int64_t n) {
+  constexpr std::int64_t chunk = 4096;
+  parallel_for((n + chunk - 1) / chunk, n > kParallelGrain, [&](std::int64_t c) {
+    const std::int64_t b = c * chunk, m = std::min(n, b + chunk) - b;
+    CArrayRow<T> x(u + b, m);
+    ArrayRow<T> y(act + b, m);
+    switch (fn) {
+      case Pointwise::relu2: y = (x > T(0)).select(x * x, T(0)); break;
+      case Pointwise::gelu_tanh: {
+        const T k = T(0.7978845608028654), a = T(0.044715);  // √(2/π)
+        y = T(0.5) * x * (T(1) + (k * (x + a * x * x * x)).tanh());
+        break;
+      }
+      case Pointwise::gelu_erf:
+        for (std::int64_t i = 0; i < m; ++i) y[i] = pointwise_value(fn, x[i]);
+        break;
+    }
+  });
+}
+template <class T>
+void pointwise_backward(Pointwise fn, T* du, const T* dact, const T* u, std::int64_t n) {
+  constexpr std::int64_t chunk = 4096;
+  parallel_for((n + chunk - 1) / chunk, n > kParallelGrain, [&](std::int64_t c) {
+    const std::int64_t b = c * chunk, m = std::min(n, b + chunk) - b;
+    CArrayRow<T> x(u + b, m), d(dact + b, m);
+    ArrayRow<T> g(du + b, m);
+    switch (fn) {
+      case Pointwise::relu2: g = (x > T(0)).select(T(2) * x, T(0)) * d; break;
+      case Pointwise::gelu_tanh: {
+        const T k = T(0.7978845608028654), a = T(0.044715);
+        g = (k * (x + a * x * x * x)).tanh();  // th, then the derivative over it
+        g = (T(0.5) * (T(1) + g) + T(0.5) * x * (T(1) - g * g) * k * (T(1) + T(3) * a * x * x)) * d;
+        break;
+      }
+      case Pointwise::gelu_erf:
+        for (std::int64_t i = 0; i < m; ++i) g[i] = pointwise_derivative(fn, x[i]) * d[i];
+        break;
+    }
+  });
+}
+
+// ---------------------------------------------------------------- SwiGLU
+// uv (N, 2F) = [u | g]; act (N,F) = u ⊙ silu(g)
+template <class T>
+inline T sigmoid(T x) {
+  return T(1) / (T(1) + std::exp(-x));
+}
+
+// Row-wise with Eigen arrays so exp() is vectorized (a scalar loop is
+// exp-bound at ~4 GB/s; docs/perf.md).
+template <class T>
+void swiglu_forward(T* act, const T* uv, std::int64_t N, std::int64_t F) {
+  parallel_for(N, N * F > kParallelGrain, [&](std::int64_t i) {
+    CArrayRow<T> u(uv + i * 2 * F, F), g(uv + i * 2 * F + F, F);
+    ArrayRow<T>(act + i * F, F) = u * g / (T(1) + (-g).exp());
+  });
+}
+
+namespace detail {
+// The SwiGLU backward rows below run as one loop over Eigen's packets where
+// every row starts on a packet boundary, instead of three to seven array
+// statements each walking the row: at F = 1024 the scaled kernel's rows (u, g,
+// dact, du, dg, s and the 2F partial: 36 KiB) overflow L1 between statements
+// (docs/perf.md). The loop applies the same packet operations
+// (pmul, padd, psub, pdiv, pexp) to the same operands in the same order as the
+// Eigen expressions of the fallback, which evaluate a packet at a time from the
+// first element when their destination is packet-aligned and the length a
+// whole number of packets: the bits are the same. Elsewhere (rows off a packet
+// boundary, F not a whole number of packets) those Eigen expressions run.
+template <class T>
+using Packet = typename Eigen::internal::packet_traits<T>::type;
+template <class T>
+inline constexpr std::int64_t kPacketSize = Eigen::internal::unpacket_traits<Packet<T>>::size;
+
+template <class T>
+bool packet_rows(std::int64_t F, const void* p) {
+  constexpr std::uintptr_t align = sizeof(Packet<T>);
+  return F % kPacketSize<T> == 0 && reinterpret_cast<std::uintptr_t>(p) % align == 0;
+}
+
+// dx_u = da ⊙ x_g ⊙ σ(x_g), dx_g = da ⊙ x_u ⊙ σ(x_g) ⊙ (1 + x_g (1 − σ(x_g))) for one
+// packet; x_u = u ⊙ su and x_g = g ⊙ sg are formed by the caller (plain SwiGLU
+// passes u and g themselves).
+template <class P>
+inline void swiglu_packet_grads(const P& da, const P& xu, const P& xg, P& dxu, P& dxg) {
+  using namespace Eigen::internal;
+  const P one = pset1<P>(1);
+  const P sig = pdiv(one, padd(one, pexp(pnegate(xg))));
+  dxu = pmul(pmul(da, xg), sig);
+  dxg = pmul(pmul(pmul(da, xu), sig), padd(one, pmul(xg, psub(one, sig))));
+}
+}  // namespace detail
+
+// du = dact ⊙ silu(g); dg = dact ⊙ u ⊙ σ(g)(1 + g(1 − σ(g)))
+template <class T>
+void swiglu_backward(T* duv, const T* dact, const T* uv, std::int64_t N, std::int64_t F) {
+  using P = detail::Packet<T>;
+  constexpr std::int64_t W = detail::kPacketSize<T>;
+  const bool packets = detail::packet_rows<T>(F, duv);
+  parallel_for(N, N * F > kParallelGrain, [&](std::int64_t i) {
+    if (packets) {
+      using namespace Eigen::internal;
+      const T *u = uv + i * 2 * F, *g = u + F, *da = dact + i * F;
+      T *du = duv + i * 2 * F, *dg = du + F;
+      for (std::int64_t j = 0; j < F; j += W) {
+        P dxu, dxg;
+        detail::swiglu_packet_grads(ploadu<P>(da + j), ploadu<P>(u + j), ploadu<P>(g + j), dxu, dxg);
+        pstore(du + j, dxu);
+        pstore(dg + j, dxg);
+      }
+      return;
+    }
+    CArrayRow<T> u(uv + i * 2 * F, F), g(uv + i * 2 * F + F, F), da(dact + i * F, F);
+    // σ(g) goes through the dg half of the output (no temporary): each
+    // element of it is read before it is overwritten.
+    ArrayRow<T> du(duv + i * 2 * F, F), dg(duv + i * 2 * F + F, F);
+    dg = T(1) / (T(1) + (-g).exp());
+    du = da * g * dg;
+    dg = da * u * dg * (T(1) + g * (T(1) - dg));
+  });
+}
+
+// Scaled SwiGLU (nGPT): x = uv ⊙ s with s (2F) = [s_u | s_g]; act = x_u ⊙ silu(x_g).
+// One pass, the scaled pre-activation is never stored.
+template <class T>
+void scaled_swiglu_forward(T* act, const T* uv, const T* s, std::int64_t N, std::int64_t F) {
+  CArrayRow<T> su(s, F), sg(s + F, F);
+  parallel_for(N, N * F > kParallelGrain, [&](std::int64_t i) {
+    CArrayRow<T> u(uv + i * 2 * F, F), g(uv + i * 2 * F + F, F);
+    ArrayRow<T>(act + i * F, F) = (u * su) * (g * sg) / (T(1) + (-(g * sg)).exp());
+  });
+}
+
+// Backward of scaled_swiglu_forward in one pass: duv = dx ⊙ s and
+// ds += c · Σ_rows dx ⊙ uv, with dx the gradient at the scaled pre-activation
+// (c: the scale's re-parameterisation constant). The s_uv sum goes by row
+// chunks (row_chunk_reduce): a column-blocked walk over a 2F-wide matrix
+// misses the TLB on every row.
+template <class T>
+void scaled_swiglu_backward(T* duv, T* ds, const T* dact, const T* uv, const T* s, std::int64_t N, std::int64_t F,
+                            T c) {
+  using P = detail::Packet<T>;
+  constexpr std::int64_t W = detail::kPacketSize<T>;
+  // row_chunk_reduce's partials are packet-aligned rows of 2F when F is whole packets.
+  const bool packets = detail::packet_rows<T>(F, duv);
+  CArrayRow<T> su(s, F), sg(s + F, F);
+  row_chunk_reduce(ds, N, 2 * F, N * F > kParallelGrain, [&](std::int64_t i, ArrayRow<T>& partial) {
+    if (packets && detail::packet_rows<T>(F, partial.data())) {
+      using namespace Eigen::internal;
+      const T *u = uv + i * 2 * F, *g = u + F, *da = dact + i * F;
+      T *du = duv + i * 2 * F, *dg = du + F, *pu = partial.data(), *pg = pu + F;
+      for (std::int64_t j = 0; j < F; j += W) {
+        const P uj = ploadu<P>(u + j), gj = ploadu<P>(g + j), suj = ploadu<P>(s + j), sgj = ploadu<P>(s + F + j);
+        P dxu, dxg;
+        detail::swiglu_packet_grads(ploadu<P>(da + j), pmul(uj, suj), pmul(gj, sgj), dxu, dxg);
+        pstore(pu + j, padd(pload<P>(pu + j), pmul(dxu, uj)));
+        pstore(pg + j, padd(pload<P>(pg + j), pmul(dxg, gj)));
+        pstore(du + j, pmul(dxu, suj));
+        pstore(dg + j, pmul(dxg, sgj));
+      }
+      return;
+    }
+    CArrayRow<T> u(uv + i * 2 * F, F), g(uv + i * 2 * F + F, F), da(dact + i * F, F);
+    ArrayRow<T> du(duv + i * 2 * F, F), dg(duv + i * 2 * F + F, F);
+    dg = T(1) / (T(1) + (-(g * sg)).exp());                      // σ(x_g), parked in dg
+    du = da * (g * sg) * dg;                                     // d x_u = da ⊙ silu(x_g)
+    dg = da * (u * su) * dg * (T(1) + (g * sg) * (T(1) - dg));  // d x_g
+    partial.head(F) += du * u;
+    partial.tail(F) += dg * g;
+    du *= su;
+    dg *= sg;
+  }, c);
+}
+
+}  // namespace normlab::cpu
