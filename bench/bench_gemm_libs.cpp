@@ -1,6 +1,6 @@
 // bench_gemm_libs: float32 GEMM of every candidate library, side by side, at the
-// shapes a training step runs (issue 18: "the fastest correct GEMM available from
-// Debian behind cpu::gemm, chosen by measurement").
+// shapes a training step runs, so that the fastest correct GEMM Debian packages
+// sits behind cpu::gemm, chosen by measurement.
 //
 // Each library is dlopen'ed with RTLD_LOCAL, so OpenBLAS and BLIS (both export
 // the BLAS symbols) live in one process and are timed interleaved, round by

@@ -407,7 +407,7 @@ void BM_GemmCeiling(benchmark::State& state) {
 BENCHMARK(BM_GemmCeiling)->Arg(1024)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 #ifdef NORMLAB_HAVE_OPENBLAS
-// The machine's best SGEMM from Debian's libraries (issue 18's anchor): OpenBLAS
+// The machine's best SGEMM from Debian's libraries (the ceiling anchor): OpenBLAS
 // called directly, threading itself on the OpenMP team. Run the measuring command
 // with OPENBLAS_CORETYPE unset so OpenBLAS picks its best kernels for the CPU.
 void BM_OpenBlasSgemm(benchmark::State& state) {
@@ -645,7 +645,7 @@ int main(int argc, char** argv) {
     }
   std::apply([](auto... tags) { (register_steps<decltype(tags)>(), ...); }, all_variants{});
   register_open_shapes();
-  // ngpt/gpt and angpt/gpt, issue 18's overhead bars, step-interleaved (BM_StepPair).
+  // ngpt/gpt and angpt/gpt, the overhead bars, step-interleaved (BM_StepPair).
   auto pair = [](const char* name, auto fn) {
     auto* b = benchmark::RegisterBenchmark(name, fn, kReference)->Unit(benchmark::kMillisecond)->UseRealTime();
     b->Iterations(g_quick ? 1 : 20);

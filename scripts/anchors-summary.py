@@ -114,12 +114,12 @@ def main():
 
     pairs = per_round("BM_StepPair/", "b_over_a", 2)
     if pairs:
-        # b_over_a_paired exists from change 30 on; older runs get the ratio of medians only.
+        # b_over_a_paired exists in runs from 2026-12-03 08:50 on; older runs get the ratio of medians only.
         paired = all("b_over_a_paired" in r for rows in pairs.values() for r in rows)
         print("\n### Overhead step by step (BM_StepPair: the two variants' steps alternated in one loop)\n")
         print("Per round: the ratio of the two median steps" +
               (", and (paired) the median of each B step over the A step just before it.\n" if paired else ".\n"))
-        # b_over_a_best (the two fastest steps' ratio) exists from change 32 on.
+        # b_over_a_best (the two fastest steps' ratio) exists in runs from 2026-12-03 12:18 on.
         best_of = all("b_over_a_best" in r for rows in pairs.values() for r in rows)
         if best_of:
             print("Fastest: the ratio of each round's two fastest steps (the host only adds time).\n")
@@ -179,7 +179,7 @@ def main():
                            "the fastest step's GFLOP/s over the fastest SGEMM's",
                            ["step GFLOP/s", "SGEMM GFLOP/s"], ["step_gflops", "sgemm_gflops"])
 
-    # What issue 18's PyTorch bars ask of the whole step, in the units of the ceiling
+    # What the PyTorch speed bars ask of the whole step, in the units of the ceiling
     # and the peak: the step's FLOPs over the bar's time.
     if best:
         print("\n### What the PyTorch bars ask of the whole step\n")

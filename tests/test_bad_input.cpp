@@ -316,7 +316,7 @@ TEST_CASE("hazard: tools run other programs without a shell, so any character in
   CHECK(got == weird);
 }
 
-// ---------------------------------------------------------------- the user's path (issue 23)
+// ---------------------------------------------------------------- the user's path
 
 namespace {
 std::vector<nlohmann::json> metrics_of(const fs::path& dir) {
