@@ -16,8 +16,10 @@ static_assert(EIGEN_VERSION_AT_LEAST(3, 4, 0),
 #include <cstdint>
 #include <type_traits>
 
+#include "normlab/backend/cpu/bf16gemm_avx512.hpp"
 #include "normlab/backend/cpu/primitives.hpp"
 #include "normlab/backend/cpu/sgemm_avx512.hpp"
+#include "normlab/core/precision.hpp"
 
 namespace normlab::cpu {
 
@@ -149,6 +151,40 @@ inline constexpr const char* kFloatGemmEngine = "OpenBLAS kernels, normlab's thr
 inline constexpr const char* kFloatGemmEngine = "Eigen kernels, normlab's threading";
 #endif
 
+// The precision of float32 products, for the whole process (as PyTorch's
+// set_float32_matmul_precision): set once before training, not while a product
+// runs. bf16 takes effect where the bf16 engine exists and the CPU runs it
+// (bf16gemm_avx512.hpp); elsewhere products stay float32 and
+// float_gemm_engine() says so.
+namespace detail {
+inline Precision requested_precision = Precision::fp32;
+inline bool bf16_products = false;
+}  // namespace detail
+
+// Whether this build and this CPU run float32 products in bf16.
+inline bool bf16_engine_available() {
+#if defined(NORMLAB_HAVE_BF16GEMM_AVX512)
+  return avx512::cpu_has_avx512_bf16();
+#else
+  return false;
+#endif
+}
+inline void set_matmul_precision(Precision p) {
+  detail::requested_precision = p;
+  detail::bf16_products = p == Precision::bf16 && bf16_engine_available();
+}
+inline Precision matmul_precision() { return detail::requested_precision; }
+// Whether float32 products actually run in bf16 now.
+inline bool bf16_products_active() { return detail::bf16_products; }
+// The float32 products' engine as it runs now, for run headers.
+inline const char* float_gemm_engine() {
+  if (detail::bf16_products) return "normlab's AVX-512 BF16 kernels (bf16 operands, float32 accumulation), normlab's threading";
+  if (detail::requested_precision == Precision::bf16)
+    return bf16_engine_available() ? kFloatGemmEngine
+                                   : "bf16 requested, but this CPU or build has no AVX-512 BF16: float32 products on the float32 engine";
+  return kFloatGemmEngine;
+}
+
 #ifdef NORMLAB_SERIAL_SGEMM
 namespace detail {
 #ifdef NORMLAB_HAVE_OPENBLAS
@@ -179,6 +215,14 @@ template <int LhsOrder, int RhsOrder>
 void serial_sgemm(std::int64_t M, std::int64_t N, std::int64_t K, const float* A, std::int64_t lda, const float* B,
                   std::int64_t ldb, float* C, std::int64_t ldc, bool accumulate, float alpha) {
 #if defined(NORMLAB_HAVE_SGEMM_AVX512)
+#if defined(NORMLAB_HAVE_BF16GEMM_AVX512)
+  // In bf16 every product, small ones too, rounds its operands the same way.
+  if (bf16_products) {
+    float* pack = thread_scratch<float, kSgemmPack>(std::size_t(avx512::kPackFloats));
+    return avx512::bf16::gemm<LhsOrder == Eigen::RowMajor, RhsOrder == Eigen::RowMajor>(M, N, K, A, lda, B, ldb, C,
+                                                                                        ldc, accumulate, alpha, pack);
+  }
+#endif
 #ifdef NORMLAB_HAVE_OPENBLAS
   // Small products (a tiny model's layers, 64 × 64 × 64 blocks): OpenBLAS's
   // small-matrix kernels skip packing, which would be ~10% of such a product

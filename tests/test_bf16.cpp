@@ -1,0 +1,175 @@
+// bf16 products (Precision::bf16): the conversion, the GEMM engine against
+// float64 references, and every variant's step against the float64 oracle at
+// tolerances derived from bf16's 8-bit significand.
+#include <catch2/catch.hpp>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "normlab/backend/cpu/gemm.hpp"
+#include "normlab/io/dtype.hpp"
+
+using namespace normlab;
+using io::bf16_to_float;
+using io::float_to_bf16;
+
+namespace {
+
+// bf16 keeps 8 significant bits (7 stored): round to nearest moves a value by
+// at most half an ulp, a relative 2^-8 (unit roundoff u = 2^(1-8)/2).
+constexpr double kBf16Unit = 0x1p-8;
+constexpr double kF32Unit = 0x1p-24;
+
+double as_bf16(float x) { return double(bf16_to_float(float_to_bf16(x))); }
+
+// Reported by CTest as skipped (SKIP_RETURN_CODE 77), never as a pass.
+void skip_without_bf16() {
+  if (cpu::bf16_engine_available()) return;
+  std::puts("SKIP: this CPU or build has no AVX-512 BF16; float32 products stay on the float32 engine");
+  std::exit(77);
+}
+
+// Sets the precision for one scope and puts float32 back after it.
+struct PrecisionScope {
+  explicit PrecisionScope(Precision p) { cpu::set_matmul_precision(p); }
+  ~PrecisionScope() { cpu::set_matmul_precision(Precision::fp32); }
+};
+
+template <int LhsOrder, int RhsOrder>
+void check_gemm(std::int64_t M, std::int64_t N, std::int64_t K, bool accumulate, float alpha, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  // Stored shapes: A is M×K row-major or K×M (read transposed); B K×N or N×K.
+  std::vector<float> A(std::size_t(M * K)), B(std::size_t(K * N)), C(std::size_t(M * N));
+  for (float& x : A) x = g(rng);
+  for (float& x : B) x = g(rng);
+  for (float& x : C) x = g(rng);
+  const std::vector<float> C0 = C;
+  const bool rowA = LhsOrder == Eigen::RowMajor, rowB = RhsOrder == Eigen::RowMajor;
+  const std::int64_t lda = rowA ? K : M, ldb = rowB ? N : K;
+  auto a = [&](std::int64_t i, std::int64_t k) { return rowA ? A[i * lda + k] : A[k * lda + i]; };
+  auto b = [&](std::int64_t k, std::int64_t j) { return rowB ? B[k * ldb + j] : B[j * ldb + k]; };
+  {
+    PrecisionScope bf16(Precision::bf16);
+    cpu::gemm<float, LhsOrder, RhsOrder>(M, N, K, A.data(), lda, B.data(), ldb, C.data(), N, accumulate, alpha);
+  }
+  double worst_rounded = 0, worst_exact = 0;
+  for (std::int64_t i = 0; i < M; ++i)
+    for (std::int64_t j = 0; j < N; ++j) {
+      double rounded = 0, exact = 0, mag_rounded = 0, mag_exact = 0;
+      for (std::int64_t k = 0; k < K; ++k) {
+        const double ar = as_bf16(a(i, k)), br = as_bf16(b(k, j));
+        rounded += ar * br;
+        mag_rounded += std::abs(ar * br);
+        exact += double(a(i, k)) * double(b(k, j));
+        mag_exact += std::abs(double(a(i, k)) * double(b(k, j)));
+      }
+      const double old = accumulate ? double(C0[std::size_t(i * N + j)]) : 0.0;
+      const double got = double(C[std::size_t(i * N + j)]);
+      // Against the product of the rounded operands: only float32's sums remain
+      // (≤ K additions, the alpha scaling and the add to C, each 2^-24
+      // relative of at most the magnitudes summed).
+      const double tol_rounded = (double(K) + 2) * kF32Unit * (std::abs(alpha) * mag_rounded + std::abs(old));
+      // Against the exact product: each operand's rounding adds 2^-8 relative
+      // to every term (2u + u² per product) on top of that.
+      const double tol_exact =
+          (2 * kBf16Unit + kBf16Unit * kBf16Unit) * std::abs(alpha) * mag_exact + tol_rounded * (1 + 3 * kBf16Unit);
+      worst_rounded = std::max(worst_rounded, std::abs(got - (alpha * rounded + old)) / tol_rounded);
+      worst_exact = std::max(worst_exact, std::abs(got - (alpha * exact + old)) / tol_exact);
+    }
+  INFO("M " << M << " N " << N << " K " << K << " rowA " << rowA << " rowB " << rowB << " accumulate " << accumulate
+            << ": worst error / bound " << worst_rounded << " (rounded operands), " << worst_exact << " (exact)");
+  CHECK(worst_rounded <= 1.0);
+  CHECK(worst_exact <= 1.0);
+}
+
+}  // namespace
+
+TEST_CASE("bf16: packing rounds to nearest, ties to even, as float_to_bf16 does", "[bf16]") {
+  skip_without_bf16();
+  // A 1 × K times K × 1 product with one nonzero term reads back the rounded
+  // operand exactly (the other operand 1, exact in bf16).
+  std::vector<float> cases = {1.0f, 1.00390625f /* tie, even below */, 1.01171875f /* tie, odd: rounds up */,
+                              1.0039063f, 0.99999994f, -3.1415927f, 65504.0f, 1e-30f, -2.5e38f};
+  std::mt19937_64 rng(3);
+  std::uniform_int_distribution<std::uint32_t> bits(0, 0x7f7fffffu);
+  for (int i = 0; i < 200; ++i) cases.push_back(std::bit_cast<float>(bits(rng)) * (i % 2 ? 1.0f : -1.0f));
+  PrecisionScope bf16(Precision::bf16);
+  for (float x : cases) {
+    const float one = 1.0f;
+    float y = 0.0f;
+    cpu::gemm<float, Eigen::RowMajor, Eigen::RowMajor>(1, 1, 1, &x, 1, &one, 1, &y, 1, false, 1.0f);
+    INFO("x = " << x << " (bits " << std::bit_cast<std::uint32_t>(x) << ")");
+    // The BF16 instructions treat subnormal inputs as zero (and never produce
+    // one): an absolute error below 2^-126 per operand, negligible beside the
+    // 2^-8 relative rounding of normal values.
+    if (std::abs(x) < std::numeric_limits<float>::min()) {
+      CHECK(y == 0.0f);
+      continue;
+    }
+    CHECK(std::bit_cast<std::uint32_t>(y) == std::bit_cast<std::uint32_t>(bf16_to_float(float_to_bf16(x))));
+  }
+}
+
+TEST_CASE("bf16: the GEMM engine against float64 products of rounded and of exact operands", "[bf16]") {
+  skip_without_bf16();
+  // Shapes: tails in every dimension (M not a multiple of 14, N of 32, K odd),
+  // several K-slabs (K > 512), B in more than one column block (N > 256), and
+  // products large enough to be split over the threads.
+  const std::int64_t shapes[][3] = {{1, 1, 1}, {13, 31, 7}, {29, 65, 33}, {70, 300, 1031}, {600, 96, 130}};
+  std::uint64_t seed = 1;
+  for (const auto& s : shapes) {
+    check_gemm<Eigen::RowMajor, Eigen::ColMajor>(s[0], s[1], s[2], false, 1.0f, seed++);
+    check_gemm<Eigen::RowMajor, Eigen::RowMajor>(s[0], s[1], s[2], true, 0.5f, seed++);
+    check_gemm<Eigen::ColMajor, Eigen::RowMajor>(s[0], s[1], s[2], true, 1.0f, seed++);
+    check_gemm<Eigen::ColMajor, Eigen::ColMajor>(s[0], s[1], s[2], false, -2.0f, seed++);
+  }
+}
+
+TEST_CASE("bf16: a product has the same bits on one thread and on the team", "[bf16]") {
+  skip_without_bf16();
+  const std::int64_t M = 1100, N = 384, K = 700;
+  std::mt19937_64 rng(9);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  std::vector<float> A(std::size_t(M * K)), B(std::size_t(K * N)), C1(std::size_t(M * N)), C2(std::size_t(M * N));
+  for (float& x : A) x = g(rng);
+  for (float& x : B) x = g(rng);
+  PrecisionScope bf16(Precision::bf16);
+  cpu::gemm<float, Eigen::RowMajor, Eigen::ColMajor>(M, N, K, A.data(), K, B.data(), K, C1.data(), N, false);
+#ifdef _OPENMP
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+#endif
+  cpu::gemm<float, Eigen::RowMajor, Eigen::ColMajor>(M, N, K, A.data(), K, B.data(), K, C2.data(), N, false);
+#ifdef _OPENMP
+  omp_set_num_threads(threads);
+#endif
+  CHECK(std::memcmp(C1.data(), C2.data(), C1.size() * sizeof(float)) == 0);
+}
+
+TEST_CASE("bf16: fp32 stays the float32 engine, and bf16 differs from it", "[bf16]") {
+  skip_without_bf16();
+  const std::int64_t M = 40, N = 40, K = 64;
+  std::vector<float> A(std::size_t(M * K), 0.1f), B(std::size_t(K * N), 0.3f), C32(std::size_t(M * N)),
+      C16(std::size_t(M * N));
+  A[5] = 1.2345678f;
+  cpu::gemm<float, Eigen::RowMajor, Eigen::RowMajor>(M, N, K, A.data(), K, B.data(), N, C32.data(), N, false);
+  CHECK(std::string(cpu::float_gemm_engine()) == cpu::kFloatGemmEngine);
+  {
+    PrecisionScope bf16(Precision::bf16);
+    CHECK(cpu::bf16_products_active());
+    cpu::gemm<float, Eigen::RowMajor, Eigen::RowMajor>(M, N, K, A.data(), K, B.data(), N, C16.data(), N, false);
+  }
+  CHECK_FALSE(cpu::bf16_products_active());
+  // 0.1 and 0.3 are not bf16 values: the two engines must give different sums.
+  CHECK(C32[N] != C16[N]);
+  CHECK(std::abs(double(C32[N]) - 64 * 0.1 * 0.3) < 1e-5);
+}
