@@ -54,6 +54,7 @@ int time_training_with(TrainOptions o, Comm& comm, const VariantEntry<Backend>& 
   if (o.lr == 0) o.lr = v.default_lr;
   v.apply_defaults(o);
   detail::set_threads(o);
+  detail::set_precision<Backend>(o);
   detail::DataParallel<Comm> dp(comm, o);
   detail::check_ranks_agree(comm, [&] { return detail::flags_fingerprint(o, v.name); });
   const data::TokenData td = detail::load_training_data_in_turn(o, comm);
@@ -89,7 +90,9 @@ int time_training_with(TrainOptions o, Comm& comm, const VariantEntry<Backend>& 
   nlohmann::json j = {{"variant", std::string(v.name)},
                       {"step_time_s", median},
                       {"steps", o.time_steps},
-                      {"tokens_per_step", o.batch * o.seq * o.accum}};
+                      {"tokens_per_step", o.batch * o.seq * o.accum},
+                      {"precision", o.precision},
+                      {"precision_engine", detail::precision_engine<Backend>(o)}};
   if (dp.distributed()) {
     j["ranks"] = comm.size();
     j["comm_exposed_s"] = median_of(exposed);

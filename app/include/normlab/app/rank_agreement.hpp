@@ -61,6 +61,7 @@ inline std::vector<std::pair<std::string, std::string>> flags_fingerprint(const 
           {"kv-heads", std::to_string(o.kv_heads)},
           {"d-ff", std::to_string(o.d_ff)},
           {"window", std::to_string(o.window)},
+          {"precision", o.precision},
           {"positions", o.positions},
           {"bias", std::to_string(o.bias)},
           {"lr", exact_string(o.lr)},

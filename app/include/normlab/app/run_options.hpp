@@ -47,6 +47,7 @@ struct TrainOptions {
   std::string schedule = "cosine";   // constant | cosine | wsd
   double decay_frac = 0.2;           // wsd: fraction of the steps spent decaying
   std::string decay_shape = "linear";  // wsd: linear | 1-sqrt
+  std::string precision = "fp32";   // fp32 | bf16: the arithmetic of the products (core/precision.hpp)
   double grad_clip = 1.0;
   std::int64_t accum = 1;
   std::uint64_t seed = 1;

@@ -11,11 +11,13 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "normlab/core/error.hpp"
+#include "normlab/core/precision.hpp"
 #include "normlab/core/process.hpp"
 #include "normlab/train/data.hpp"
 #include "normlab/app/run_options.hpp"
@@ -111,6 +113,27 @@ inline void set_threads([[maybe_unused]] const TrainOptions& o) {
 #ifdef _OPENMP
   if (o.threads > 0) omp_set_num_threads(o.threads);
 #endif
+}
+
+// --precision on the backend: bf16 needs a backend that has it (set_precision).
+template <class Backend>
+void set_precision(const TrainOptions& o) {
+  const std::optional<Precision> p = parse_precision(o.precision);
+  if (!p) throw Error("--precision: unknown precision '" + o.precision + "' (known: fp32, bf16)");
+  if constexpr (requires { Backend::set_precision(*p); })
+    Backend::set_precision(*p);
+  else if (*p != Precision::fp32)
+    throw Error("--precision " + o.precision + ": the " + std::string(Backend::name) +
+                " backend has no set_precision (its products are float32 only)");
+}
+
+// What the run's products run on, for the run header and summary.json.
+template <class Backend>
+std::string precision_engine(const TrainOptions& o) {
+  if constexpr (requires { Backend::precision_engine(); })
+    return Backend::precision_engine();
+  else
+    return o.precision;
 }
 
 // Writes a small text file whole or not at all (temp file, then rename): a run

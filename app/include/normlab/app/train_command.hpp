@@ -125,6 +125,10 @@ inline void add_run_flags(CLI::App& app, TrainCommand& cmd, RawTrainFlags& raw) 
   app.add_option("--out", o.out, "run directory (default runs/<variant>)");
   app.add_flag("--resume", o.resume, "continue from OUT/ckpt.safetensors");
   app.add_flag("--overwrite", o.overwrite, "replace a run already in OUT (without it, an existing run is refused)");
+  app.add_option("--precision", o.precision,
+                 "fp32, or bf16: every matrix product with bf16 operands and float32 accumulation (master weights, "
+                 "optimizer state, norms, softmax, residuals and losses stay float32; a checkpoint resumes in either)")
+      ->capture_default_str()->check(CLI::IsMember({"fp32", "bf16"}));
   app.add_option("--threads", o.threads, "OpenMP threads (0 = default)")->capture_default_str()->check(integer(0, 1024));
   app.add_option("--zero", o.zero,
                  "1: ZeRO-1 under mpirun, AdamW moments sharded over the ranks by whole tensors (0 = every rank "

@@ -147,6 +147,7 @@ class TrainingRun {
   // Data, model and optimizer, after the memory plan has accepted the run's size.
   void build() {
     detail::set_threads(o_);
+    detail::set_precision<Backend>(o_);
     td_ = detail::load_training_data_in_turn(o_, comm_);
     const ModelConfig mc = detail::model_config(o_, td_.vocab_size, v_.configure);
     sampler_.emplace(td_.train, o_.batch, o_.seq, o_.seed, "train");
@@ -267,6 +268,9 @@ class TrainingRun {
     meta["train.sampler_seed"] = std::to_string(st.seed);
     meta["train.sampler_batches"] = std::to_string(st.batches_drawn);
     meta["train.tokens"] = std::to_string(steps_done * o_.batch * o_.seq * o_.accum);
+    // Not a run.* key: a checkpoint holds float32 master weights, and a run may
+    // resume in either precision; this says what the last stretch ran in.
+    meta["train.precision"] = o_.precision;
     model().save(ckpt_, whole ? &*whole : &*opt_, meta);
   }
 
@@ -289,12 +293,13 @@ class TrainingRun {
     const char* wait = std::getenv("OMP_WAIT_POLICY");
     const char* spin = std::getenv("GOMP_SPINCOUNT");
     if constexpr (Backend::host_memory)
-      std::printf("threads: %d (OpenMP; OMP_WAIT_POLICY=%s, GOMP_SPINCOUNT=%s); float32 GEMMs: %s\n",
-                  cpu::max_threads(), wait ? wait : "unset", spin ? spin : "unset", cpu::kFloatGemmEngine);
+      std::printf("threads: %d (OpenMP; OMP_WAIT_POLICY=%s, GOMP_SPINCOUNT=%s)\n", cpu::max_threads(),
+                  wait ? wait : "unset", spin ? spin : "unset");
     else
       std::printf("backend: %s (float32 parameters, gradients, moments and activations; the step runs on the "
                   "device, the host keeps the data and writes checkpoints)\n",
                   std::string(Backend::name).c_str());
+    std::printf("precision: %s\n", detail::precision_engine<Backend>(o_).c_str());
     std::printf("learning rate: %g, %s; %s\n", o_.lr, lr_source_.c_str(), describe_schedule(sched_).c_str());
     std::string hp;
     for (const auto& [k, v] : opt_->hyperparameters()) hp += (hp.empty() ? "" : ", ") + k + " " + v;
@@ -414,6 +419,7 @@ class TrainingRun {
       summary["schedule"]["decay_frac"] = o_.decay_frac;
       summary["schedule"]["decay_shape"] = sched_.decay_name();
     }
+    summary["precision"] = {{"name", o_.precision}, {"engine", detail::precision_engine<Backend>(o_)}};
     if (dp_->distributed()) summary["ranks"] = comm_.size();
     if (lead_) detail::write_text_atomically(summary_path_, summary.dump(2) + "\n");
     if (!o_.quiet)

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <string_view>
 #include <utility>
 
@@ -39,6 +40,13 @@ struct cpu_backend {
   }
   // Work issued so far is done when each op returns.
   static void synchronize() {}
+  // The arithmetic of float32 products (core/precision.hpp), for the process:
+  // bf16 runs them on the AVX-512 BF16 engine where the CPU has it, else they
+  // stay float32 and precision_engine() says so. float64 models ignore it.
+  static void set_precision(Precision p) { cpu::set_matmul_precision(p); }
+  static std::string precision_engine() {
+    return std::string(precision_name(cpu::matmul_precision())) + " (" + cpu::float_gemm_engine() + ")";
+  }
   // Every shape the config allows runs on the CPU kernels.
   static void check_model_limits(std::int64_t /*max_batch*/, std::int64_t /*max_seq*/, std::int64_t /*heads*/,
                                  std::int64_t /*n_embd*/, std::int64_t /*head_dim*/) {}

@@ -35,6 +35,7 @@
 #include "normlab/backend/cuda/kernels.hpp"
 #include "normlab/backend/residual_math.hpp"
 #include "normlab/core/error.hpp"
+#include "normlab/core/precision.hpp"
 #include "normlab/tensor/tensor.hpp"
 
 namespace normlab {
@@ -140,6 +141,12 @@ struct cuda_backend {
       throw Error("no CUDA device (" + why + "): this executable trains on a GPU; use the CPU trainer instead");
   }
   static cudaStream_t stream() { return be().stream(); }
+  // The arithmetic of the products (core/precision.hpp) on the current device.
+  static void set_precision(Precision p) { be().set_bf16_products(p == Precision::bf16); }
+  static std::string precision_engine() {
+    return be().bf16_products() ? "bf16 (cuBLASLt, bf16 operands on the tensor cores, float32 accumulation)"
+                                : "fp32 (cuBLASLt, CUBLAS_COMPUTE_32F, no TF32)";
+  }
   template <class U>
   static U* scratch(cuda::DeviceContext::Slot slot, std::int64_t n) {
     return static_cast<U*>(be().scratch(slot, std::size_t(std::max<std::int64_t>(n, 1)) * sizeof(U)));

@@ -22,7 +22,8 @@
 //   weight grad dW += dYᵀ X : gemm(transA=T, transB=N, M=out, N=in,  K=N)
 //
 // Precision: float32 data use CUBLAS_COMPUTE_32F, which never uses TF32 (the
-// golden check needs ~1e-6 relative); bf16 data use bf16 inputs with float32
+// golden check needs ~1e-6 relative), or, under Precision::bf16,
+// CUBLAS_COMPUTE_32F_FAST_16BF (bf16 operands, float32 accumulation); bf16 data use bf16 inputs with float32
 // accumulation (also CUBLAS_COMPUTE_32F), and weight gradients are written
 // in float32 (C/D type CUDA_R_32F with bf16 A/B).
 #include <cublasLt.h>
@@ -132,6 +133,11 @@ class DeviceContext {
     NORMLAB_CUDA_CHECK(cudaMemsetAsync(dst, value, bytes, stream_));
   }
   std::size_t cached_plans() const { return plans_.size(); }
+  // Precision::bf16: float32 products run on the tensor cores with their
+  // operands rounded to bf16 and float32 accumulation
+  // (CUBLAS_COMPUTE_32F_FAST_16BF); fp32: CUBLAS_COMPUTE_32F, never TF32.
+  void set_bf16_products(bool on) { bf16_products_ = on; }
+  bool bf16_products() const { return bf16_products_; }
 
   // Grow-only device scratch, one buffer per slot: the temporaries of the
   // model's ops (column-reduction partials, row dots, staged tokens, …). The
@@ -152,7 +158,8 @@ class DeviceContext {
   void gemm(Dtype ab, Dtype c, bool transA, bool transB, std::int64_t M, std::int64_t N, std::int64_t K,
             const void* A, const void* B, void* C, float alpha, float beta) {
     if (M <= 0 || N <= 0 || K <= 0) throw Error("cuda::DeviceContext::gemm: empty product");
-    const Key key{int(ab), int(c), transA, transB, M, N, K, align(A), align(B), align(C)};
+    const Key key{int(ab), int(c), transA, transB, M, N, K, align(A), align(B), align(C),
+                  bf16_products_ && ab == Dtype::f32};
     auto it = plans_.find(key);
     if (it == plans_.end()) it = plans_.emplace(key, make_plan(key)).first;
     const Plan& p = it->second;
@@ -181,7 +188,7 @@ class DeviceContext {
   // (ab, c, transA, transB, M, N, K, alignment of A, B, C): the heuristic's answer
   // depends on pointer alignment, so it is part of the key.
   using Key = std::tuple<int, int, bool, bool, std::int64_t, std::int64_t, std::int64_t, std::uint32_t,
-                         std::uint32_t, std::uint32_t>;
+                         std::uint32_t, std::uint32_t, bool>;
   struct Plan {
     cublasLtMatmulDesc_t desc = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;  // cuBLASLt's A', B', C
@@ -197,10 +204,11 @@ class DeviceContext {
   static cudaDataType_t cuda_type(Dtype d) { return d == Dtype::f32 ? CUDA_R_32F : CUDA_R_16BF; }
 
   Plan make_plan(const Key& key) {
-    const auto [ab_i, c_i, transA, transB, M, N, K, alA, alB, alC] = key;
+    const auto [ab_i, c_i, transA, transB, M, N, K, alA, alB, alC, fast_bf16] = key;
     const cudaDataType_t tab = cuda_type(Dtype(ab_i)), tc = cuda_type(Dtype(c_i));
     Plan p;
-    NORMLAB_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    NORMLAB_CUBLAS_CHECK(cublasLtMatmulDescCreate(
+        &p.desc, fast_bf16 ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const cublasOperation_t opA2 = transB ? CUBLAS_OP_T : CUBLAS_OP_N;  // cuBLASLt A' = row-major B
     const cublasOperation_t opB2 = transA ? CUBLAS_OP_T : CUBLAS_OP_N;  // cuBLASLt B' = row-major A
     NORMLAB_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &opA2, sizeof(opA2)));
@@ -254,6 +262,7 @@ class DeviceContext {
   cublasLtHandle_t lt_ = nullptr;
   DeviceBuffer workspace_;
   std::map<Key, Plan> plans_;
+  bool bf16_products_ = false;
   DeviceBuffer scratch_[kSlots];
 };
 
