@@ -306,12 +306,13 @@ TEST_CASE("ablate: the report states each variant's learning rate from the summa
   CHECK(md.find("- Peak learning rates (from each run's summary.json): gpt 0.003, ngpt 0.01") != std::string::npos);
 }
 
-TEST_CASE("ablate: the report names each variant's optimizer and schedule from the summaries", "[ablate]") {
+TEST_CASE("ablate: the report names each variant's optimizer, schedule and precision from the summaries", "[ablate]") {
   TempDir tmp;
   std::vector<ab::VariantRuns> runs;
   for (const auto& [v, extra] : {std::pair<std::string, std::string>{"gpt", ""},
                                  {"ngpt", ", \"optimizer\": {\"name\": \"muon\", \"hyperparameters\": {}}, "
-                                          "\"schedule\": {\"name\": \"wsd\", \"warmup\": 0}"}}) {
+                                          "\"schedule\": {\"name\": \"wsd\", \"warmup\": 0}, "
+                                          "\"precision\": {\"name\": \"bf16\", \"engine\": \"x\"}"}}) {
     const fs::path dir = tmp.path / v / "seed1";
     write(dir / "metrics.jsonl", metrics_text(linear(4.0, 2.0, 1.0)));
     write(dir / "summary.json", "{\"variant\": \"" + v + "\", \"seed\": 1, \"steps\": 100, \"tokens\": 100000, "
@@ -321,9 +322,9 @@ TEST_CASE("ablate: the report names each variant's optimizer and schedule from t
   }
   const std::string md = ab::results_markdown(runs, {});
   INFO(md);
-  // A summary from before they were recorded is AdamW with a cosine.
-  CHECK(md.find("- Optimizer + schedule (from each run's summary.json): gpt adamw + cosine, ngpt muon + wsd") !=
-        std::string::npos);
+  // A summary from before they were recorded is AdamW with a cosine, in fp32.
+  CHECK(md.find("- Optimizer + schedule, precision (from each run's summary.json): gpt adamw + cosine, fp32, ngpt "
+                "muon + wsd, bf16") != std::string::npos);
   TempDir bad;
   write(bad.path / "summary.json", "{\"variant\": \"gpt\", \"seed\": 1, \"steps\": 1, \"tokens\": 1, "
                                    "\"mean_step_time_s\": 0.1, \"total_time_s\": 1, \"optimizer\": 3}");

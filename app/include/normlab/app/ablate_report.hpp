@@ -173,14 +173,15 @@ inline std::string results_markdown(const std::vector<VariantRuns>& variants, Re
     }
     if (!lrs.empty()) os << "- Peak learning rates (from each run's summary.json): " << lrs << "\n";
   }
-  // Each variant's optimizer and schedule, as its runs' summaries record them.
+  // Each variant's optimizer, schedule and precision, as its runs' summaries record them.
   {
     std::string used;
     for (const auto& v : variants) {
       std::vector<std::string> seen;
       for (const auto& r : v.runs) {
         const std::string o = (r.summary.optimizer.empty() ? std::string("adamw") : r.summary.optimizer) + " + " +
-                              (r.summary.schedule.empty() ? std::string("cosine") : r.summary.schedule);
+                              (r.summary.schedule.empty() ? std::string("cosine") : r.summary.schedule) + ", " +
+                              (r.summary.precision.empty() ? std::string("fp32") : r.summary.precision);
         if (std::find(seen.begin(), seen.end(), o) == seen.end()) seen.push_back(o);
       }
       if (seen.empty()) continue;
@@ -188,7 +189,7 @@ inline std::string results_markdown(const std::vector<VariantRuns>& variants, Re
       used.append(detail::md_cell(v.variant)).append(" ");
       for (std::size_t i = 0; i < seen.size(); ++i) used.append(i ? " / " : "").append(seen[i]);
     }
-    if (!used.empty()) os << "- Optimizer + schedule (from each run's summary.json): " << used << "\n";
+    if (!used.empty()) os << "- Optimizer + schedule, precision (from each run's summary.json): " << used << "\n";
   }
   os << "- Values are mean ± sample sd over seeds; tokens/s is training throughput (eval excluded).\n\n";
 

@@ -362,6 +362,8 @@ struct RunSummary {
   // The optimizer and learning-rate schedule the run used ("adamw", "cosine"):
   // empty in summaries written before they were recorded (AdamW with a cosine).
   std::string optimizer, schedule;
+  // "fp32" or "bf16" (--precision); empty before it was recorded (fp32).
+  std::string precision;
 };
 
 inline RunSummary read_summary(const fs::path& summary_json) {
@@ -396,7 +398,8 @@ inline RunSummary read_summary(const fs::path& summary_json) {
     s.data = d->get<std::string>();
   }
   for (const auto& [key, out] : {std::pair<const char*, std::string*>{"optimizer", &s.optimizer},
-                                 std::pair<const char*, std::string*>{"schedule", &s.schedule}}) {
+                                 std::pair<const char*, std::string*>{"schedule", &s.schedule},
+                                 std::pair<const char*, std::string*>{"precision", &s.precision}}) {
     const auto it = j.find(key);
     if (it == j.end() || it->is_null()) continue;
     const auto name = it->is_object() ? it->find("name") : it->end();
