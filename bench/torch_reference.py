@@ -153,6 +153,9 @@ def main():
     p.add_argument("--V", type=int, default=256)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--steps", type=int, default=12, help="timed steps (after 3 untimed)")
+    p.add_argument("--autocast", choices=["off", "bf16"], default="off",
+                   help="bf16: forward and loss under torch.autocast('cpu', dtype=torch.bfloat16) (PyTorch's CPU "
+                        "mixed precision: bf16 matmuls through oneDNN, float32 master weights and optimizer)")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(1)
@@ -171,7 +174,11 @@ def main():
     times = []
     for s in range(3 + a.steps):
         t0 = time.perf_counter()
-        loss = model(idx, tgt)
+        if a.autocast == "bf16":
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = model(idx, tgt)
+        else:
+            loss = model(idx, tgt)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -183,6 +190,7 @@ def main():
     times.sort()
     med = times[len(times) // 2]
     print(json.dumps({"anchor": "pytorch", "variant": a.variant, "torch": torch.__version__, "threads": a.threads,
+                      "autocast": a.autocast, "d": a.d, "layers": a.layers, "T": a.T, "B": a.B,
                       "median_ms": round(med, 2), "min_ms": round(times[0], 2), "max_ms": round(times[-1], 2),
                       "tokens_per_second": round(a.B * a.T / (med * 1e-3), 1), "loss": float(loss)}))
 

@@ -9,6 +9,8 @@
 #   bash scripts/fair-study.sh main        # gpt, gpt_alpha, ngpt, angpt: 3 seeds each, T = 256
 #   bash scripts/fair-study.sh others      # the other six variants, 1 seed, T = 256 (gpt's runs shared from main)
 #   bash scripts/fair-study.sh context     # gpt, ngpt, angpt at T = 64 and 1024 (same tokens a step, main's lrs)
+#   bash scripts/fair-study.sh precision   # gpt, gpt_qknorm, ngpt, angpt in bf16 beside fp32: 3 seeds, main's lrs
+#                                          #   (fp32 runs shared from main and others; gpt_qknorm's seeds 2, 3 added)
 #   bash scripts/fair-study.sh conditioning  # normlab-diagnose --compare on main's checkpoints (seed 1)
 #   bash scripts/fair-study.sh timing      # re-time every piece's variants interleaved (nothing else may run)
 #   bash scripts/fair-study.sh archive     # every finished run's record (no checkpoints) into studies/fair/:
@@ -19,7 +21,7 @@
 # TIMING_ROUNDS=0 skips the interleaved timing in a piece (time it later with `timing`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PIECE=${1:?"usage: bash scripts/fair-study.sh main|others|context|conditioning|timing|archive|restore"}
+PIECE=${1:?"usage: bash scripts/fair-study.sh main|others|context|precision|conditioning|timing|archive|restore"}
 ROOT=runs/fair
 ARCHIVE=studies/fair
 # What a study keeps of a run for its report and a resumed study: the records, not the checkpoints.
@@ -69,7 +71,7 @@ mkdir -p "$ROOT"
 # The trainers' flags at context length T (batch = 2048 / T sequences).
 flags() { echo --data brown --data-dir "$PWD/data" --seq "$1" --batch $((2048 / $1)) --d 128 --layers 4 --heads 4 \
   --steps "$STEPS" --eval-every 100 --eval-batches 8 --ckpt-every 250 --quiet; }
-ablate() { ./build/normlab-ablate --timing-rounds "$ROUNDS" "$@"; }
+ablate() { ./build/normlab-ablate --timing-rounds "${TIMING_ROUNDS:-$ROUNDS}" "$@"; }
 # A study dir reuses another's finished runs (the shared baseline) through symlinks.
 share() {  # from-dir to-dir variant seed
   mkdir -p "$2/$3" "$2/sweep"
@@ -102,6 +104,21 @@ case $PIECE in
       # shellcheck disable=SC2046
       ablate --variants gpt,ngpt,angpt --seeds 1 --lrs "$lrs" --out "$ROOT/ctx$T" -- $(flags "$T")
     done ;;
+  precision)
+    for p in main others; do
+      [ -f "$ROOT/$p/sweep.json" ] || { echo "fair-study: run '$p' first (its learning rates and fp32 runs are used)" >&2; exit 2; }
+    done
+    lrs=$(lrs_of "$ROOT/main" gpt,ngpt,angpt),$(lrs_of "$ROOT/others" gpt_qknorm)
+    for v in gpt ngpt angpt; do for s in 1 2 3; do share "$ROOT/main" "$ROOT/precision_fp32" $v $s; done; done
+    share "$ROOT/others" "$ROOT/precision_fp32" gpt_qknorm 1
+    for p in fp32 bf16; do
+      # shellcheck disable=SC2046
+      TIMING_ROUNDS=0 ablate --variants gpt,gpt_qknorm,ngpt,angpt --seeds 1,2,3 --lrs "$lrs" \
+        --out "$ROOT/precision_$p" -- $(flags 256) --precision $p
+    done
+    /usr/bin/env python3 scripts/precision-table.py "$ROOT/precision_fp32" "$ROOT/precision_bf16" \
+      gpt,gpt_qknorm,ngpt,angpt 1,2,3 > "$ROOT/precision.md"
+    cat "$ROOT/precision.md" ;;
   conditioning)
     d=$ROOT/main
     ./build/normlab-diagnose --compare "$d/gpt/seed1/ckpt.safetensors" "$d/ngpt/seed1/ckpt.safetensors" \
@@ -124,5 +141,5 @@ PY
       eval "ablate --out $ROOT/$p $(cat "$ROOT/$p/.rerun" | sed 's/ -- / -- /')" > /dev/null
       echo "fair-study: timed $p"
     done ;;
-  *) echo "fair-study: unknown piece '$PIECE' (main, others, context, conditioning, timing, archive, restore)" >&2; exit 2 ;;
+  *) echo "fair-study: unknown piece '$PIECE' (main, others, context, precision, conditioning, timing, archive, restore)" >&2; exit 2 ;;
 esac

@@ -12,6 +12,8 @@
 //  * the open block's shapes the same way: GPT-2's (LayerNorm with bias on the
 //    GPU's layernorm kernels, a plain GELU MLP, biases, learned positions) and
 //    a modern one (grouped kv heads, a window shorter than T, ReLU², QK-norm);
+//  * every variant in bf16 (--precision bf16) against the float64 CPU model at
+//    bars derived from bf16's unit roundoff;
 //  * KV-cache decoding on the GPU gives the float64 CPU model's logits;
 //  * two runs with the same seed give bit-identical losses and parameters.
 // Exits 77 (skipped) without a GPU.
@@ -201,6 +203,41 @@ void check_against_cpu(Tally& t, int steps, const ModelConfig& mc = small_config
   t.truth(nm + ": the optimizer moved the parameters", moved);
 }
 
+// Precision::bf16 on the GPU (cuBLASLt's CUBLAS_COMPUTE_32F_FAST_16BF: every
+// product's operands rounded to bf16, float32 accumulation) against the float64
+// CPU model: the CPU bf16 engine's bars against the exact oracle
+// (tests/test_bf16.cpp), derived from bf16's unit roundoff u = 2^-8: a gradient
+// passes through P = 4·layers + 2 rounded products in series, each rounding two
+// operands, so 2·P·u normwise; the loss and logits the same. Then fp32 again,
+// and the float32 check above must still hold (the plan cache keys on it).
+template <class Tag>
+void check_bf16_against_cpu(Tally& t) {
+  const ModelConfig mc = small_config();
+  const std::int64_t B = 2, T = 24;
+  CpuOracle<Tag> cpu(mc, B, T);
+  cpu.init(7);
+  GpuModel<Tag> gpu(mc, B, T);
+  start_equal(cpu, gpu);
+  std::mt19937_64 rng(99);
+  const auto idx = random_tokens(rng, B * T, mc.vocab_size), tgt = random_tokens(rng, B * T, mc.vocab_size);
+  const double lc = cpu.forward(idx.data(), tgt.data(), B, T);
+  cpu.backward();
+  cuda_backend::set_precision(Precision::bf16);
+  const double lg = gpu.forward(idx.data(), tgt.data(), B, T);
+  gpu.backward();
+  cuda_backend::set_precision(Precision::fp32);
+  const double tol = 2.0 * (4.0 * double(mc.n_layer) + 2.0) * 0x1p-8;
+  const std::string nm = std::string(Tag::name) + "@cuda bf16";
+  t.rel(nm + " loss vs float64 CPU", {lg}, {lc}, tol);
+  gpu.download_grads();
+  for (const ParamSpec& sp : gpu.params().specs())
+    t.rel(nm + " grad " + sp.name, to_double(gpu.params().grad(sp.offset), sp.numel),
+          std::vector<double>(cpu.params().grad(sp.offset), cpu.params().grad(sp.offset) + sp.numel), tol);
+  // Not float32 in disguise: the rounding must show somewhere in the gradients.
+  const double lg32 = gpu.forward(idx.data(), tgt.data(), B, T);
+  t.truth(nm + ": bf16 products change the loss's bits", lg32 != lg);
+}
+
 // Lion and Muon on the GPU (their kernels, Muon's Newton-Schulz on cuBLASLt)
 // against the same optimizer on the float64 CPU model, three steps from the
 // same parameters. Muon: parameters at 5e-4 (the iteration is smooth in its
@@ -309,6 +346,7 @@ int main() {
     check_golden<variants::ngpt>("ngpt_small.safetensors", t);
     std::apply([&](auto... tags) { (check_against_cpu<decltype(tags)>(t, 2), ...); }, all_variants{});
     check_against_cpu<gpt2>(t, 2, gpt2::config());
+    std::apply([&](auto... tags) { (check_bf16_against_cpu<decltype(tags)>(t), ...); }, all_variants{});
     check_against_cpu<modern>(t, 2, modern::config());
     check_optimizer_against_cpu<variants::gpt>(t, "muon", 5e-4);
     check_optimizer_against_cpu<variants::ngpt>(t, "muon", 5e-4);
