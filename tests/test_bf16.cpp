@@ -15,11 +15,9 @@
 #include <vector>
 
 #include "normlab/backend/cpu/gemm.hpp"
-#include "normlab/io/dtype.hpp"
+#include "normlab/core/precision.hpp"
 
 using namespace normlab;
-using io::bf16_to_float;
-using io::float_to_bf16;
 
 namespace {
 
@@ -180,59 +178,6 @@ TEST_CASE("bf16: fp32 stays the float32 engine, and bf16 differs from it", "[bf1
 
 namespace {
 
-// The float64 oracle's backend, which also adds up, at every linear layer's
-// backward, the first-order bound on how far bf16 operands can move the loss:
-// a product Y = α X Wᵀ whose operands are rounded to bf16 errs by at most
-// (2u + u²)·|α|·(|X| |W|ᵀ) elementwise, and the loss moves by at most
-// Σ |∂L/∂Y| · |ΔY| (first order). The backward hands over exactly ∂L/∂Y, X and W.
-struct loss_bound_backend : cpu_backend {
-  static inline double bound = 0;
-  static inline int products = 0;
-  template <class T>
-  static void linear_backward(T* dX, T* dW, const T* dY, const T* X, const T* W, std::int64_t N, std::int64_t in,
-                              std::int64_t out, T alpha = T(1)) {
-    cpu_backend::linear_backward(dX, dW, dY, X, W, N, in, out, alpha);
-    if constexpr (std::is_same_v<T, double>) {
-      std::vector<double> adY(std::size_t(N * out)), aX(std::size_t(N * in)), aW(std::size_t(out * in)),
-          G(std::size_t(N * in));
-      for (std::size_t i = 0; i < adY.size(); ++i) adY[i] = std::abs(dY[i]);
-      for (std::size_t i = 0; i < aX.size(); ++i) aX[i] = std::abs(X[i]);
-      for (std::size_t i = 0; i < aW.size(); ++i) aW[i] = std::abs(W[i]);
-      // Σ_ij |dY_ij| Σ_k |X_ik||W_jk| = Σ_ik |X_ik| (|dY||W|)_ik
-      cpu::gemm<double, Eigen::RowMajor, Eigen::RowMajor>(N, in, out, adY.data(), out, aW.data(), in, G.data(), in,
-                                                          false);
-      double s = 0;
-      for (std::size_t i = 0; i < G.size(); ++i) s += aX[i] * G[i];
-      bound += (2 * kBf16Unit + kBf16Unit * kBf16Unit) * std::abs(double(alpha)) * s;
-      ++products;
-    }
-  }
-};
-
-// The float64 oracle of the bf16 method itself: every linear layer's operands
-// rounded to bf16 (as the bf16 engine rounds them: nearest, ties to even),
-// then multiplied exactly in float64. Everything else is the float64 model.
-struct bf16_products_backend : cpu_backend {
-  static std::vector<double> rounded(const double* x, std::int64_t n) {
-    std::vector<double> r(std::size_t(std::max<std::int64_t>(n, 0)));
-    for (std::size_t i = 0; i < r.size(); ++i) r[i] = as_bf16(float(x[i]));
-    return r;
-  }
-  static void linear_forward(double* Y, const double* X, const double* W, std::int64_t N, std::int64_t in,
-                             std::int64_t out, bool accumulate = false, double alpha = 1.0) {
-    const auto x = rounded(X, N * in), w = rounded(W, out * in);
-    cpu_backend::linear_forward(Y, x.data(), w.data(), N, in, out, accumulate, alpha);
-  }
-  static void linear_backward(double* dX, double* dW, const double* dY, const double* X, const double* W,
-                              std::int64_t N, std::int64_t in, std::int64_t out, double alpha = 1.0) {
-    const auto dy = rounded(dY, N * out);
-    const auto x = X ? rounded(X, N * in) : std::vector<double>();
-    const auto w = W ? rounded(W, out * in) : std::vector<double>();
-    cpu_backend::linear_backward(dX, dW, dy.data(), X ? x.data() : nullptr, W ? w.data() : nullptr, N, in, out,
-                                 alpha);
-  }
-};
-
 double rel_err(const float* a, const double* b, std::size_t n) {
   double num = 0, den = 0;
   for (std::size_t i = 0; i < n; ++i) {
@@ -253,8 +198,10 @@ TEMPLATE_LIST_TEST_CASE("bf16: every variant's loss and gradients against the fl
   mc.n_head = 2;
   mc.n_layer = 2;
   const std::int64_t B = 2, seq = 96;
-  model_of<TestType, double, loss_bound_backend> m64(mc, B, seq);
-  model_of<TestType, double, bf16_products_backend> m64r(mc, B, seq);
+  // The exact oracle, the oracle of the bf16 method (a float64 model under
+  // Precision::bf16: every product's operands rounded to bf16, then multiplied
+  // in float64; attention's products too), and the float32 model in bf16.
+  typename TestType::template model<double> m64(mc, B, seq), m64r(mc, B, seq);
   typename TestType::template model<float> m32(mc, B, seq);
   m64.init(11);
   std::mt19937_64 rng(5);
@@ -269,45 +216,53 @@ TEMPLATE_LIST_TEST_CASE("bf16: every variant's loss and gradients against the fl
     idx[i] = std::int64_t(rng() % 64);
     tgt[i] = std::int64_t(rng() % 64);
   }
-  loss_bound_backend::bound = 0;
-  loss_bound_backend::products = 0;
   const double l64 = m64.forward(idx.data(), tgt.data(), B, seq);
   m64.backward();
-  const double l64r = m64r.forward(idx.data(), tgt.data(), B, seq);
-  m64r.backward();
-  double l16 = 0;
+  double l64r = 0, l16 = 0;
   {
     PrecisionScope bf16(Precision::bf16);
+    l64r = m64r.forward(idx.data(), tgt.data(), B, seq);
+    m64r.backward();
     l16 = m32.forward(idx.data(), tgt.data(), B, seq);
     m32.backward();
   }
-  const double bound = loss_bound_backend::bound;
   INFO("variant " << TestType::name << ": loss " << l64 << " (float64), " << l64r << " (float64, bf16 operands), "
-                  << l16 << " (bf16); first-order bound " << bound << " over " << loss_bound_backend::products
-                  << " products");
-  // Against the exact oracle: the first-order bound, 10% for second-order
-  // terms, plus the float32 path's own bar against the oracle (test_precision:
-  // 5e-6 relative). Rigorous, and loose (the roundings' errors mostly cancel:
-  // measured 1e-6 to 1.2e-5 relative against bounds of 0.5-3.7% of the loss).
-  CHECK(std::abs(l16 - l64) <= 1.1 * bound + 5e-6 * l64);
-  // Against the oracle of the bf16 method (operands rounded, then exact): the
-  // float32 path's 5e-6, plus operands whose float32 value and float64 value
-  // round to neighbouring bf16 values (those within float32's error of a
-  // rounding boundary, ~2^-16 of them, each moving the loss by at most its
-  // share of the first-order bound): 1e-5 relative.
-  CHECK(std::abs(l16 - l64r) <= 1e-5 * l64);
-  // Gradients, normwise per tensor. The deepest parameter's gradient passes
+                  << l16 << " (bf16)");
+  // Bars from bf16's unit roundoff u = 2^-8. The deepest quantity passes
   // through P = 4·layers + 2 rounded products in series (the head; per layer
-  // the MLP's two and attention's two; its own weight gradient). Against the
-  // bf16 oracle, differences start as above and grow by at most one bf16
-  // rounding (u = 2^-8) per product: P·u. Against the exact oracle each
-  // product rounds two operands: 2·P·u (first order, no cancellation credit).
+  // the MLP's two and attention's output and input projections; a weight's own
+  // gradient product), attention's products beside them.
   const double P = 4.0 * double(mc.n_layer) + 2.0;
+  // Against the oracle of the bf16 method, only float32's own errors remain
+  // (test_precision: 5e-6 relative on the loss), plus operands whose float32
+  // and float64 values round to neighbouring bf16 values: those within
+  // float32's error of a rounding boundary, ~2^-16 of them, each moving one
+  // term by one bf16 step. 1e-5 relative for the loss (measured ≤ 1.7e-6). For
+  // gradients such differences grow along the backward by at most one bf16
+  // rounding per product: P·u normwise per tensor (measured ≤ 3.5e-3 against 0.039).
+  CHECK(std::abs(l16 - l64r) <= 1e-5 * l64);
+  // Against the exact oracle, each product rounds two operands: 2·P·u, first
+  // order and with no credit for cancellation (measured: loss ≤ 8.9e-6
+  // relative). For the gradients that holds of the whole gradient, normwise
+  // (measured ≤ 4.8e-3); a single small tensor can lose more to cancellation:
+  // ngpt_scalar's one s_qk sums every score's gradient, and with P and dS in
+  // bf16 it is off by 15% (0.3% from the bf16 oracle: the method, not the code).
+  CHECK(std::abs(l16 - l64) <= 2 * P * kBf16Unit * l64);
+  double num = 0, den = 0;
   for (const ParamSpec& s : m64.params().specs()) {
     const double er = rel_err(m32.params().grad(s.offset), m64r.params().grad(s.offset), s.numel);
-    const double e = rel_err(m32.params().grad(s.offset), m64.params().grad(s.offset), s.numel);
-    INFO("gradient of " << s.name << ": relative error " << er << " (bf16 oracle), " << e << " (exact oracle)");
+    INFO("gradient of " << s.name << ": relative error " << er << " against the bf16 oracle, "
+                        << rel_err(m32.params().grad(s.offset), m64.params().grad(s.offset), s.numel)
+                        << " against the exact one");
     CHECK(er <= P * kBf16Unit);
-    CHECK(e <= 2 * P * kBf16Unit);
+    for (std::size_t i = 0; i < s.numel; ++i) {
+      const double g = m64.params().grad(s.offset)[i], d = double(m32.params().grad(s.offset)[i]) - g;
+      num += d * d;
+      den += g * g;
+    }
   }
+  INFO("whole gradient: relative error " << std::sqrt(num / den) << " against the exact oracle");
+  CHECK(std::sqrt(num / den) <= 2 * P * kBf16Unit);
+  // The bf16 oracle is not the exact one in disguise.
+  CHECK(l64r != l64);
 }

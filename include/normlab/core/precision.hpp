@@ -4,6 +4,8 @@
 // float32 (bf16). Master weights, optimizer state, norms, softmax, residual
 // updates, losses and reductions stay float32 in both (docs/design.md); a
 // float64 model ignores it (the oracle is always exact float64).
+#include <bit>
+#include <cstdint>
 #include <optional>
 #include <string_view>
 
@@ -19,5 +21,21 @@ inline std::optional<Precision> parse_precision(std::string_view s) {
   if (s == "bf16") return Precision::bf16;
   return std::nullopt;
 }
+
+// bf16 is the top half of an IEEE float: rounding to it keeps 8 significant bits.
+// Round to nearest, ties to even (the BF16 instructions' rule for normal values).
+inline std::uint16_t float_to_bf16(float f) {
+  std::uint32_t u = std::bit_cast<std::uint32_t>(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) {
+    // NaN: plain truncation could drop every payload bit and yield inf, so
+    // keep sign + top payload bits and force the quiet bit.
+    return static_cast<std::uint16_t>((u >> 16) | 0x0040u);
+  }
+  // Add just under half an ulp, plus one more when the kept lsb is odd. A carry
+  // into the exponent is exactly right (including rounding the largest floats up to inf).
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<std::uint16_t>(u >> 16);
+}
+inline float bf16_to_float(std::uint16_t b) { return std::bit_cast<float>(static_cast<std::uint32_t>(b) << 16); }
 
 }  // namespace normlab

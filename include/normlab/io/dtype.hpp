@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "normlab/core/error.hpp"
+#include "normlab/core/precision.hpp"
 
 namespace normlab::io {
 
@@ -95,24 +96,9 @@ constexpr DType dtype_of() {
 // Half-precision conversions (bit-exact, no hardware support needed)
 // ---------------------------------------------------------------------------
 
-// bf16 is the top half of an IEEE float, so widening is a shift.
-inline float bf16_to_float(std::uint16_t b) {
-  return std::bit_cast<float>(static_cast<std::uint32_t>(b) << 16);
-}
-
-inline std::uint16_t float_to_bf16(float f) {
-  std::uint32_t u = std::bit_cast<std::uint32_t>(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) {
-    // NaN: plain truncation could drop every payload bit and yield inf, so
-    // keep sign + top payload bits and force the quiet bit.
-    return static_cast<std::uint16_t>((u >> 16) | 0x0040u);
-  }
-  // Round to nearest, ties to even: add just under half an ulp, plus one more
-  // when the kept lsb is odd. A carry into the exponent is exactly right
-  // (including rounding the largest floats up to inf).
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<std::uint16_t>(u >> 16);
-}
+// bf16 conversions: the one definition is core/precision.hpp's.
+using normlab::bf16_to_float;
+using normlab::float_to_bf16;
 
 inline float f16_to_float(std::uint16_t h) {
   const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;

@@ -38,10 +38,17 @@ void attention_forward(T* y, T* lse, const T* q, const T* k, const T* v, std::in
 #if defined(NORMLAB_HAVE_ATTENTION_AVX512)
   if constexpr (std::is_same_v<T, float>) {
     static_assert(avx512::kBlock == kAttnBlock);
+    // Under Precision::bf16 the head's products run on the bf16 engine.
+    [[maybe_unused]] const bool bf16 = bf16_products_active();
     parallel_for(B * H, B * H * seq * seq * dk > kParallelGrain, [&](std::int64_t bh) {
       const std::int64_t b = bh / H, hd = bh % H, off = b * seq * C + hd * dk;
       float* scratch =
           detail::thread_scratch<float, detail::kAttention>(std::size_t(avx512::attention_forward_scratch(seq, dk)));
+#if defined(NORMLAB_HAVE_BF16GEMM_AVX512)
+      if (bf16)
+        return avx512::attention_head_forward<true>(y + off, lse + bh * seq, q + off, k + off, v + off, seq, C, dk,
+                                                    scale, scratch, window);
+#endif
       avx512::attention_head_forward(y + off, lse + bh * seq, q + off, k + off, v + off, seq, C, dk, scale, scratch,
                                      window);
     });
@@ -109,12 +116,18 @@ void attention_backward(T* dq, T* dk_, T* dv, const T* dy, const T* y, const T* 
   };
 #if defined(NORMLAB_HAVE_ATTENTION_AVX512)
   if constexpr (std::is_same_v<T, float>) {
+    [[maybe_unused]] const bool bf16 = bf16_products_active();
     parallel_for(B * H, B * H * seq * seq * dk > kParallelGrain, [&](std::int64_t bh) {
       const std::int64_t b = bh / H, hd = bh % H, off = b * seq * C + hd * dk;
       const std::int64_t head = avx512::attention_backward_scratch(seq, dk);
       float* scratch = detail::thread_scratch<float, detail::kAttention>(std::size_t(head + seq));
       float* D = scratch + head;
       head_rowsums(D, off);
+#if defined(NORMLAB_HAVE_BF16GEMM_AVX512)
+      if (bf16)
+        return avx512::attention_head_backward<true>(dq + off, dk_ + off, dv + off, dy + off, D, lse + bh * seq,
+                                                     q + off, k + off, v + off, seq, C, dk, scale, scratch, window);
+#endif
       avx512::attention_head_backward(dq + off, dk_ + off, dv + off, dy + off, D, lse + bh * seq, q + off, k + off,
                                       v + off, seq, C, dk, scale, scratch, window);
     });

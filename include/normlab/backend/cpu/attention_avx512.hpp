@@ -18,7 +18,15 @@
 // Serial: the caller (cpu::attention_*) runs heads in parallel and owns the
 // scratch, so the bits do not depend on the thread count. The float64 path
 // (the oracle) keeps the generic code.
+//
+// kBf16: the same products on the bf16 engine (bf16gemm_avx512.hpp): Q, K, V,
+// dY, P and dS rounded to bf16 as they are packed, float32 accumulation; the
+// softmax, its statistics and every output stay float32. A packed panel then
+// holds pairs of k per 32-bit word, so every depth and offset along k is
+// counted in words (Packing<kBf16>::words); the diagonal's depth cuts fall on
+// multiples of 8, whole pairs.
 #include "normlab/backend/cpu/attention_window.hpp"
+#include "normlab/backend/cpu/bf16gemm_avx512.hpp"
 #include "normlab/backend/cpu/sgemm_avx512.hpp"
 
 #if defined(NORMLAB_HAVE_SGEMM_AVX512)
@@ -41,6 +49,54 @@ using Row = Eigen::Map<Eigen::Array<float, 1, Eigen::Dynamic>>;
 inline std::int64_t round16(std::int64_t n) { return (n + 15) / 16 * 16; }
 inline std::int64_t round_to(std::int64_t n, std::int64_t q) { return (n + q - 1) / q * q; }
 
+// The packed operands of one engine: float32 values (one word per k), or bf16
+// pairs (one word per two k). Buffers stay float* (the scratch's type).
+template <bool kBf16>
+struct Packing {
+  static std::int64_t words(std::int64_t depth) { return depth; }
+  template <bool kRowA, int MR>
+  static void pack_a(float* d, const float* A, std::int64_t lda, std::int64_t i0, std::int64_t m, std::int64_t k0,
+                     std::int64_t kn) {
+    detail::pack_a<kRowA, MR>(d, A, lda, i0, m, k0, kn);
+  }
+  template <bool kRowB>
+  static void pack_b(float* d, const float* B, std::int64_t ldb, std::int64_t k0, std::int64_t kn, std::int64_t j0,
+                     std::int64_t n) {
+    detail::pack_b<kRowB>(d, B, ldb, k0, kn, j0, n);
+  }
+  template <int MR>
+  static void tile(std::int64_t kn, const float* Ap, const float* Bp, float* C, std::int64_t ldc, float alpha,
+                   bool add, int mv, int nv) {
+    detail::tile<MR>(kn, Ap, Bp, C, ldc, alpha, add, mv, nv);
+  }
+};
+#if defined(NORMLAB_HAVE_BF16GEMM_AVX512)
+template <>
+struct Packing<true> {
+  static std::int64_t words(std::int64_t depth) { return (depth + 1) / 2; }
+  static std::uint32_t* as_words(float* p) { return reinterpret_cast<std::uint32_t*>(p); }
+  static const std::uint32_t* as_words(const float* p) { return reinterpret_cast<const std::uint32_t*>(p); }
+  template <bool kRowA, int MR>
+  static void pack_a(float* d, const float* A, std::int64_t lda, std::int64_t i0, std::int64_t m, std::int64_t k0,
+                     std::int64_t kn) {
+    bf16::pack_a<kRowA, MR>(as_words(d), A, lda, i0, m, k0, kn);
+  }
+  template <bool kRowB>
+  static void pack_b(float* d, const float* B, std::int64_t ldb, std::int64_t k0, std::int64_t kn, std::int64_t j0,
+                     std::int64_t n) {
+    bf16::pack_b<kRowB>(as_words(d), B, ldb, k0, kn, j0, n);
+  }
+  template <int MR>
+  static void tile(std::int64_t kn, const float* Ap, const float* Bp, float* C, std::int64_t ldc, float alpha,
+                   bool add, int mv, int nv) {
+    if (mv == MR && nv == kNR)
+      bf16::micro_kernel<true, MR>(words(kn), as_words(Ap), as_words(Bp), C, ldc, alpha, add, mv, nv);
+    else
+      bf16::micro_kernel<false, MR>(words(kn), as_words(Ap), as_words(Bp), C, ldc, alpha, add, mv, nv);
+  }
+};
+#endif
+
 // The block products of one (query block, key block) pair. On a diagonal pair
 // (query block = key block; relative key c visible to relative query r iff
 // c ≤ r) they skip what the causal mask discards: at T = 256 four of the ten
@@ -50,43 +106,50 @@ inline std::int64_t round_to(std::int64_t n, std::int64_t q) { return (n + q - 1
 
 // S = alpha·Ap·Bp. Diagonal: micro-tiles whose every column lies past every row
 // are skipped; those scores are masked out and never read.
+template <bool kBf16>
 inline void score_product(std::int64_t nm, std::int64_t nn, std::int64_t kn, const float* Ap, const float* Bp,
                           std::int64_t bstride, float* C, std::int64_t ldc, float alpha, bool diagonal) {
+  using E = Packing<kBf16>;
   for (std::int64_t p = 0; p < nm; p += kAttnMR) {
     const int mv = int(std::min<std::int64_t>(kAttnMR, nm - p));
     const std::int64_t columns = diagonal ? std::min(nn, p + mv) : nn;
     for (std::int64_t q = 0; q < columns; q += kNR)
-      tile<kAttnMR>(kn, Ap + p * kn, Bp + q * bstride, C + p * ldc + q, ldc, alpha, false, mv,
-                    int(std::min<std::int64_t>(kNR, nn - q)));
+      E::template tile<kAttnMR>(kn, Ap + p * E::words(kn), Bp + q * E::words(bstride), C + p * ldc + q, ldc, alpha,
+                                false, mv, int(std::min<std::int64_t>(kNR, nn - q)));
   }
 }
 
 // C = Ap·Bp (+ C when add), A being P or dS (the A of O += P V and dq += dS K).
 // Diagonal: A(row, k) = 0 unless k ≤ row, so row panel p stops at depth p + 8.
 // Only zero products are left out, ones that came last: the sums keep their values.
+template <bool kBf16>
 inline void lower_product(std::int64_t nm, std::int64_t nn, std::int64_t kn, const float* Ap, const float* Bp,
                           std::int64_t bstride, float* C, std::int64_t ldc, bool add, bool diagonal) {
+  using E = Packing<kBf16>;
   for (std::int64_t p = 0; p < nm; p += kAttnMR) {
     const int mv = int(std::min<std::int64_t>(kAttnMR, nm - p));
     const std::int64_t depth = diagonal ? std::min<std::int64_t>(kn, p + kAttnMR) : kn;
     for (std::int64_t q = 0; q < nn; q += kNR)
-      tile<kAttnMR>(depth, Ap + p * kn, Bp + q * bstride, C + p * ldc + q, ldc, 1.0f, add, mv,
-                    int(std::min<std::int64_t>(kNR, nn - q)));
+      E::template tile<kAttnMR>(depth, Ap + p * E::words(kn), Bp + q * E::words(bstride), C + p * ldc + q, ldc, 1.0f,
+                                add, mv, int(std::min<std::int64_t>(kNR, nn - q)));
   }
 }
 
 // C = Ap·Bp (+ C when add), A being Pᵀ or dSᵀ (the A of dv += Pᵀ dY and
 // dk += dSᵀ Q). Diagonal: A(row, k) = 0 unless k ≥ row, so row panel p starts at
 // depth p. The products left out are zeros that came first: the sums keep their values.
+template <bool kBf16>
 inline void upper_product(std::int64_t nm, std::int64_t nn, std::int64_t kn, const float* Ap, const float* Bp,
                           std::int64_t bstride, float* C, std::int64_t ldc, bool add, bool diagonal) {
+  using E = Packing<kBf16>;
   for (std::int64_t p = 0; p < nm; p += kAttnMR) {
     const int mv = int(std::min<std::int64_t>(kAttnMR, nm - p));
     // k0 = kn: a product of depth 0, zeros (written when !add)
     const std::int64_t k0 = diagonal ? std::min(p, kn) : 0;
     for (std::int64_t q = 0; q < nn; q += kNR)
-      tile<kAttnMR>(kn - k0, Ap + p * kn + k0 * kAttnMR, Bp + q * bstride + k0 * kNR, C + p * ldc + q, ldc, 1.0f,
-                    add, mv, int(std::min<std::int64_t>(kNR, nn - q)));
+      E::template tile<kAttnMR>(kn - k0, Ap + p * E::words(kn) + E::words(k0) * kAttnMR,
+                                Bp + q * E::words(bstride) + E::words(k0) * kNR, C + p * ldc + q, ldc, 1.0f, add,
+                                mv, int(std::min<std::int64_t>(kNR, nn - q)));
   }
 }
 
@@ -135,25 +198,26 @@ inline std::int64_t attention_forward_scratch(std::int64_t seq, std::int64_t dk)
 // lse at the head's T entries. window > 0: query t sees keys t−W+1 … t only;
 // the scores left of a row's window are zeroed like those right of the
 // diagonal, so the block products keep their shapes and add exact zeros.
-inline void attention_head_forward(float* y, float* lse, const float* q, const float* k, const float* v,
-                                   std::int64_t seq, std::int64_t C, std::int64_t dk, float scale, float* scratch,
-                                   std::int64_t window = 0) {
+template <bool kBf16 = false>
+void attention_head_forward(float* y, float* lse, const float* q, const float* k, const float* v, std::int64_t seq,
+                            std::int64_t C, std::int64_t dk, float scale, float* scratch, std::int64_t window = 0) {
   using detail::Row;
+  using E = detail::Packing<kBf16>;
   constexpr std::int64_t Bk = kBlock;
   const detail::ForwardScratch w(scratch, seq, dk);
   float *Kc = w.Kc, *Vr = w.Vr, *Qa = w.Qa, *S = w.S, *Pa = w.Pa, *O = w.O, *m = w.m, *l = w.l;
-  detail::pack_b<false>(Kc, k, C, 0, dk, 0, seq);
-  detail::pack_b<true>(Vr, v, C, 0, seq, 0, dk);
+  E::template pack_b<false>(Kc, k, C, 0, dk, 0, seq);
+  E::template pack_b<true>(Vr, v, C, 0, seq, 0, dk);
   for (std::int64_t i0 = 0; i0 < seq; i0 += Bk) {
     const std::int64_t nq = std::min(Bk, seq - i0);
-    detail::pack_a<true, kAttnMR>(Qa, q, C, i0, nq, 0, dk);
+    E::template pack_a<true, kAttnMR>(Qa, q, C, i0, nq, 0, dk);
     std::fill_n(O, nq * dk, 0.0f);
     std::fill_n(m, nq, -std::numeric_limits<float>::infinity());
     std::fill_n(l, nq, 0.0f);
     for (std::int64_t j0 = window_first_block(i0, window, Bk); j0 < i0 + nq; j0 += Bk) {
       const std::int64_t nk = std::min({Bk, seq - j0, i0 + nq - j0});
       const bool diagonal = j0 == i0;
-      detail::score_product(nq, nk, dk, Qa, Kc + j0 * dk, dk, S, Bk, scale, diagonal);
+      detail::score_product<kBf16>(nq, nk, dk, Qa, Kc + j0 * E::words(dk), dk, S, Bk, scale, diagonal);
       // The online softmax exactly as the generic path writes it (Eigen's vectorized exp).
       for (std::int64_t r = 0; r < nq; ++r) {
         const std::int64_t ncol = std::min(nk, i0 + r - j0 + 1);  // keys ≤ this query (≥ 1: j0 ≤ i0)
@@ -176,8 +240,8 @@ inline void attention_head_forward(float* y, float* lse, const float* q, const f
         if (corr != 1.0f) Row(O + r * dk, dk) *= corr;
         m[r] = mx;
       }
-      detail::pack_a<true, kAttnMR>(Pa, S, Bk, 0, nq, 0, nk);
-      detail::lower_product(nq, dk, nk, Pa, Vr + j0 * kNR, seq, O, dk, true, diagonal);
+      E::template pack_a<true, kAttnMR>(Pa, S, Bk, 0, nq, 0, nk);
+      detail::lower_product<kBf16>(nq, dk, nk, Pa, Vr + E::words(j0) * kNR, seq, O, dk, true, diagonal);
     }
     for (std::int64_t r = 0; r < nq; ++r) {
       const float inv = 1.0f / l[r];
@@ -221,30 +285,31 @@ inline std::int64_t attention_backward_scratch(std::int64_t seq, std::int64_t dk
 // rowsum(dY ⊙ Y), T entries. With P recomputed from lse:
 // dS = scale·P ⊙ (dY Vᵀ − D); dq += dS K; dk += dSᵀ Q; dv += Pᵀ dY.
 // window as in the forward.
-inline void attention_head_backward(float* dq, float* dk_, float* dv, const float* dy, const float* D,
-                                    const float* lse, const float* q, const float* k, const float* v, std::int64_t seq,
-                                    std::int64_t C, std::int64_t dk, float scale, float* scratch,
-                                    std::int64_t window = 0) {
+template <bool kBf16 = false>
+void attention_head_backward(float* dq, float* dk_, float* dv, const float* dy, const float* D, const float* lse,
+                             const float* q, const float* k, const float* v, std::int64_t seq, std::int64_t C,
+                             std::int64_t dk, float scale, float* scratch, std::int64_t window = 0) {
   using detail::Row;
+  using E = detail::Packing<kBf16>;
   constexpr std::int64_t Bk = kBlock;
   const detail::BackwardScratch w(scratch, seq, dk);
   float *Kc = w.Kc, *Vc = w.Vc, *Kr = w.Kr, *Qa = w.Qa, *Ya = w.Ya, *Qr = w.Qr, *Yr = w.Yr, *P = w.P, *dS = w.dS,
         *Pt = w.Pt, *dSa = w.dSa, *dSt = w.dSt;
-  detail::pack_b<false>(Kc, k, C, 0, dk, 0, seq);
-  detail::pack_b<false>(Vc, v, C, 0, dk, 0, seq);
-  detail::pack_b<true>(Kr, k, C, 0, seq, 0, dk);
+  E::template pack_b<false>(Kc, k, C, 0, dk, 0, seq);
+  E::template pack_b<false>(Vc, v, C, 0, dk, 0, seq);
+  E::template pack_b<true>(Kr, k, C, 0, seq, 0, dk);
   for (std::int64_t i0 = 0; i0 < seq; i0 += Bk) {
     const std::int64_t nq = std::min(Bk, seq - i0);
-    detail::pack_a<true, kAttnMR>(Qa, q, C, i0, nq, 0, dk);
-    detail::pack_a<true, kAttnMR>(Ya, dy, C, i0, nq, 0, dk);
-    detail::pack_b<true>(Qr, q, C, i0, nq, 0, dk);
-    detail::pack_b<true>(Yr, dy, C, i0, nq, 0, dk);
+    E::template pack_a<true, kAttnMR>(Qa, q, C, i0, nq, 0, dk);
+    E::template pack_a<true, kAttnMR>(Ya, dy, C, i0, nq, 0, dk);
+    E::template pack_b<true>(Qr, q, C, i0, nq, 0, dk);
+    E::template pack_b<true>(Yr, dy, C, i0, nq, 0, dk);
     const std::int64_t j_first = window_first_block(i0, window, Bk);
     for (std::int64_t j0 = j_first; j0 < i0 + nq; j0 += Bk) {
       const std::int64_t nk = std::min({Bk, seq - j0, i0 + nq - j0});
       const bool diagonal = j0 == i0;
-      detail::score_product(nq, nk, dk, Qa, Kc + j0 * dk, dk, P, Bk, scale, diagonal);
-      detail::score_product(nq, nk, dk, Ya, Vc + j0 * dk, dk, dS, Bk, 1.0f, diagonal);
+      detail::score_product<kBf16>(nq, nk, dk, Qa, Kc + j0 * E::words(dk), dk, P, Bk, scale, diagonal);
+      detail::score_product<kBf16>(nq, nk, dk, Ya, Vc + j0 * E::words(dk), dk, dS, Bk, 1.0f, diagonal);
       for (std::int64_t r = 0; r < nq; ++r) {
         const std::int64_t ncol = std::min(nk, i0 + r - j0 + 1);
         const std::int64_t lo = std::min(ncol, std::max<std::int64_t>(0, window_first_key(i0 + r, window) - j0));
@@ -256,17 +321,17 @@ inline void attention_head_backward(float* dq, float* dk_, float* dv, const floa
         std::fill(P + r * Bk + ncol, P + r * Bk + nk, 0.0f);
         std::fill(dS + r * Bk + ncol, dS + r * Bk + nk, 0.0f);
       }
-      detail::pack_a<false, kAttnMR>(Pt, P, Bk, 0, nk, 0, nq);
-      detail::pack_a<true, kAttnMR>(dSa, dS, Bk, 0, nq, 0, nk);
-      detail::pack_a<false, kAttnMR>(dSt, dS, Bk, 0, nk, 0, nq);
+      E::template pack_a<false, kAttnMR>(Pt, P, Bk, 0, nk, 0, nq);
+      E::template pack_a<true, kAttnMR>(dSa, dS, Bk, 0, nq, 0, nk);
+      E::template pack_a<false, kAttnMR>(dSt, dS, Bk, 0, nk, 0, nq);
       // Each output row block is written by its first product and added to by the
       // rest: dq's block i0 first meets key block j_first (0 without a window),
       // and key block j0 first meets query block j0 (its diagonal: every query
       // block visits its own), so nothing is zeroed beforehand.
       const bool add_dkv = !diagonal, add_dq = j0 > j_first;
-      detail::upper_product(nk, dk, nq, Pt, Yr, nq, dv + j0 * C, C, add_dkv, diagonal);
-      detail::lower_product(nq, dk, nk, dSa, Kr + j0 * kNR, seq, dq + i0 * C, C, add_dq, diagonal);
-      detail::upper_product(nk, dk, nq, dSt, Qr, nq, dk_ + j0 * C, C, add_dkv, diagonal);
+      detail::upper_product<kBf16>(nk, dk, nq, Pt, Yr, nq, dv + j0 * C, C, add_dkv, diagonal);
+      detail::lower_product<kBf16>(nq, dk, nk, dSa, Kr + E::words(j0) * kNR, seq, dq + i0 * C, C, add_dq, diagonal);
+      detail::upper_product<kBf16>(nk, dk, nq, dSt, Qr, nq, dk_ + j0 * C, C, add_dkv, diagonal);
     }
   }
 }

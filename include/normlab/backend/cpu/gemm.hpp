@@ -155,7 +155,9 @@ inline constexpr const char* kFloatGemmEngine = "Eigen kernels, normlab's thread
 // set_float32_matmul_precision): set once before training, not while a product
 // runs. bf16 takes effect where the bf16 engine exists and the CPU runs it
 // (bf16gemm_avx512.hpp); elsewhere products stay float32 and
-// float_gemm_engine() says so.
+// float_gemm_engine() says so. A float64 model under bf16 rounds its products'
+// operands to bf16 and multiplies them in float64 (any CPU): the oracle of the
+// bf16 method, against which the bf16 engine is tested.
 namespace detail {
 inline Precision requested_precision = Precision::fp32;
 inline bool bf16_products = false;
@@ -242,9 +244,35 @@ void serial_sgemm(std::int64_t M, std::int64_t N, std::int64_t K, const float* A
 }  // namespace detail
 #endif
 
+namespace detail {
+// The float64 oracle of the bf16 method: op(A) and op(B) rounded to bf16 (via
+// float, as a float32 model's values are), then multiplied in float64. Copies
+// into grow-only scratch, same layout with the leading dimension tightened.
+template <int LhsOrder, int RhsOrder>
+void gemm_bf16_operands(std::int64_t M, std::int64_t N, std::int64_t K, const double* A, std::int64_t lda,
+                        const double* B, std::int64_t ldb, double* C, std::int64_t ldc, bool accumulate,
+                        double alpha) {
+  const bool rowA = LhsOrder == Eigen::RowMajor, rowB = RhsOrder == Eigen::RowMajor;
+  const std::int64_t a_rows = rowA ? M : K, a_cols = rowA ? K : M, b_rows = rowB ? K : N, b_cols = rowB ? N : K;
+  double* a = thread_scratch<double, kBf16Operands>(std::size_t(a_rows * a_cols + b_rows * b_cols));
+  double* b = a + a_rows * a_cols;
+  auto round_copy = [](double* dst, const double* src, std::int64_t rows, std::int64_t cols, std::int64_t ld) {
+    for (std::int64_t i = 0; i < rows; ++i)
+      for (std::int64_t j = 0; j < cols; ++j) dst[i * cols + j] = double(bf16_to_float(float_to_bf16(float(src[i * ld + j]))));
+  };
+  round_copy(a, A, a_rows, a_cols, lda);
+  round_copy(b, B, b_rows, b_cols, ldb);
+  eigen_gemm<double, LhsOrder, RhsOrder>(M, N, K, a, a_cols, b, b_cols, C, ldc, accumulate, alpha);
+}
+}  // namespace detail
+
 template <class T, int LhsOrder, int RhsOrder>
 void gemm(std::int64_t M, std::int64_t N, std::int64_t K, const T* A, std::int64_t lda, const T* B, std::int64_t ldb,
           T* C, std::int64_t ldc, bool accumulate, T alpha = T(1)) {
+  // A float64 model under bf16 is the oracle of the bf16 method (every CPU, any build).
+  if constexpr (std::is_same_v<T, double>)
+    if (detail::requested_precision == Precision::bf16 && M > 0 && N > 0 && K > 0)
+      return detail::gemm_bf16_operands<LhsOrder, RhsOrder>(M, N, K, A, lda, B, ldb, C, ldc, accumulate, alpha);
 #ifdef NORMLAB_SERIAL_SGEMM
   // Empty products (nothing to do, or C = 0 when K = 0) take the Eigen path's handling below.
   if constexpr (std::is_same_v<T, float>) {

@@ -154,6 +154,7 @@ enum ScratchSlot : int {
   kGemmShared = 6,  // the calling thread's buffer for a GEMM operand both threads read
   kSgemmPack = 7,   // the AVX-512 SGEMM's packed panels (sgemm_avx512.hpp)
   kResidualRow = 8, // a residual rule's per-row terms, recomputed inside a row loop (residual.hpp)
+  kBf16Operands = 9,  // a float64 product's operands rounded to bf16 (gemm.hpp: the bf16 method's oracle)
 };
 template <class T, int Slot>
 T* thread_scratch(std::size_t n) {
