@@ -34,6 +34,7 @@
 
 #include "normlab/core/process.hpp"
 #include "normlab/app/ablate.hpp"
+#include "normlab/app/cli.hpp"
 #include "normlab/app/context_report.hpp"
 #include "normlab/train/variants.hpp"
 
@@ -107,14 +108,8 @@ std::vector<std::int64_t> parse_seeds(const std::string& s) {
   std::vector<std::int64_t> out;
   std::set<std::int64_t> seen;
   for (const auto& tok : split_list(s)) {
-    std::size_t pos = 0;
-    long long v = 0;
-    try {
-      v = std::stoll(tok, &pos);
-    } catch (const std::exception&) {
-      pos = 0;
-    }
-    if (pos != tok.size() || pos == 0) throw UsageError("--seeds: \"" + tok + "\" is not an integer");
+    std::int64_t v = 0;
+    if (!normlab::cli::detail::parse_int(tok, v)) throw UsageError("--seeds: \"" + tok + "\" is not an integer");
     if (!seen.insert(v).second) throw UsageError("--seeds: " + tok + " is given twice");
     out.push_back(v);
   }
@@ -314,14 +309,8 @@ std::vector<std::string> parse_baselines(const std::string& s, const std::vector
 std::vector<std::int64_t> parse_multiples(const std::string& s) {
   std::vector<std::int64_t> out;
   for (const auto& tok : split_list(s)) {
-    std::size_t pos = 0;
-    long long v = 0;
-    try {
-      v = std::stoll(tok, &pos);
-    } catch (const std::exception&) {
-      pos = 0;
-    }
-    if (pos != tok.size() || v < 1 || v > 64)
+    std::int64_t v = 0;
+    if (!normlab::cli::detail::parse_int(tok, v) || v < 1 || v > 64)
       throw UsageError("--extrapolate: \"" + tok + "\" is not a multiple of the training context from 1 to 64");
     out.push_back(v);
   }
