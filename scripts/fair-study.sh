@@ -27,7 +27,7 @@ ARCHIVE=studies/fair
 # What a study keeps of a run for its report and a resumed study: the records, not the checkpoints.
 keep() { find "$1" \( -name summary.json -o -name metrics.jsonl -o -name args.txt -o -name step_time.json \
   -o -name ablation.json -o -name sweep.json -o -name timing.json -o -name 'results*.md' -o -name '*.png' \
-  -o -name 'conditioning*.md' -o -name DIVERGED \) -type f; }
+  -o -name 'conditioning*.md' -o -name precision.md -o -name DIVERGED \) -type f; }
 case $PIECE in
   archive)
     [ -d "$ROOT" ] || { echo "fair-study: nothing in $ROOT to archive" >&2; exit 2; }
