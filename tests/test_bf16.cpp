@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "normlab/backend/cpu/gemm.hpp"
+#include "normlab/backend/cpu/ops.hpp"
 #include "normlab/core/precision.hpp"
 
 using namespace normlab;
@@ -27,6 +28,15 @@ constexpr double kBf16Unit = 0x1p-8;
 constexpr double kF32Unit = 0x1p-24;
 
 double as_bf16(float x) { return double(bf16_to_float(float_to_bf16(x))); }
+
+double rel_err(const float* a, const double* b, std::size_t n) {
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    den += b[i] * b[i];
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
 
 // Reported by CTest as skipped (SKIP_RETURN_CODE 77), never as a pass.
 void skip_without_bf16() {
@@ -46,32 +56,51 @@ void check_gemm(std::int64_t M, std::int64_t N, std::int64_t K, bool accumulate,
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> g(0.0f, 1.0f);
   // Stored shapes: A is M×K row-major or K×M (read transposed); B K×N or N×K.
-  std::vector<float> A(std::size_t(M * K)), B(std::size_t(K * N)), C(std::size_t(M * N));
+  std::vector<float> A, B, C;
+  const bool rowA = LhsOrder == Eigen::RowMajor, rowB = RhsOrder == Eigen::RowMajor;
+  // Leading dimensions wider than the operands (3 more), so that a packing that
+  // confused a stride with a depth or a width would read the wrong elements.
+  const std::int64_t lda = (rowA ? K : M) + 3, ldb = (rowB ? N : K) + 3, ldc = N + 3;
+  A.resize(std::size_t((rowA ? M : K) * lda));
+  B.resize(std::size_t((rowB ? K : N) * ldb));
+  C.resize(std::size_t(M * ldc));
   for (float& x : A) x = g(rng);
   for (float& x : B) x = g(rng);
   for (float& x : C) x = g(rng);
   const std::vector<float> C0 = C;
-  const bool rowA = LhsOrder == Eigen::RowMajor, rowB = RhsOrder == Eigen::RowMajor;
-  const std::int64_t lda = rowA ? K : M, ldb = rowB ? N : K;
   auto a = [&](std::int64_t i, std::int64_t k) { return rowA ? A[i * lda + k] : A[k * lda + i]; };
   auto b = [&](std::int64_t k, std::int64_t j) { return rowB ? B[k * ldb + j] : B[j * ldb + k]; };
   {
     PrecisionScope bf16(Precision::bf16);
-    cpu::gemm<float, LhsOrder, RhsOrder>(M, N, K, A.data(), lda, B.data(), ldb, C.data(), N, accumulate, alpha);
+    cpu::gemm<float, LhsOrder, RhsOrder>(M, N, K, A.data(), lda, B.data(), ldb, C.data(), ldc, accumulate, alpha);
   }
+  // op(A) (M×K) and op(B)ᵀ (N×K) in float64, exact and rounded, so the
+  // reference's inner loop runs along contiguous rows.
+  std::vector<double> ax(std::size_t(M * K)), ar(ax.size()), bx(std::size_t(N * K)), br(bx.size());
+  for (std::int64_t i = 0; i < M; ++i)
+    for (std::int64_t k = 0; k < K; ++k) {
+      ax[std::size_t(i * K + k)] = double(a(i, k));
+      ar[std::size_t(i * K + k)] = as_bf16(a(i, k));
+    }
+  for (std::int64_t j = 0; j < N; ++j)
+    for (std::int64_t k = 0; k < K; ++k) {
+      bx[std::size_t(j * K + k)] = double(b(k, j));
+      br[std::size_t(j * K + k)] = as_bf16(b(k, j));
+    }
   double worst_rounded = 0, worst_exact = 0;
   for (std::int64_t i = 0; i < M; ++i)
     for (std::int64_t j = 0; j < N; ++j) {
       double rounded = 0, exact = 0, mag_rounded = 0, mag_exact = 0;
+      const double *xa = &ax[std::size_t(i * K)], *ra = &ar[std::size_t(i * K)];
+      const double *xb = &bx[std::size_t(j * K)], *rb = &br[std::size_t(j * K)];
       for (std::int64_t k = 0; k < K; ++k) {
-        const double ar = as_bf16(a(i, k)), br = as_bf16(b(k, j));
-        rounded += ar * br;
-        mag_rounded += std::abs(ar * br);
-        exact += double(a(i, k)) * double(b(k, j));
-        mag_exact += std::abs(double(a(i, k)) * double(b(k, j)));
+        rounded += ra[k] * rb[k];
+        mag_rounded += std::abs(ra[k] * rb[k]);
+        exact += xa[k] * xb[k];
+        mag_exact += std::abs(xa[k] * xb[k]);
       }
-      const double old = accumulate ? double(C0[std::size_t(i * N + j)]) : 0.0;
-      const double got = double(C[std::size_t(i * N + j)]);
+      const double old = accumulate ? double(C0[std::size_t(i * ldc + j)]) : 0.0;
+      const double got = double(C[std::size_t(i * ldc + j)]);
       // Against the product of the rounded operands: only float32's sums remain
       // (≤ K additions, the alpha scaling and the add to C, each 2^-24
       // relative of at most the magnitudes summed).
@@ -83,6 +112,10 @@ void check_gemm(std::int64_t M, std::int64_t N, std::int64_t K, bool accumulate,
       worst_rounded = std::max(worst_rounded, std::abs(got - (alpha * rounded + old)) / tol_rounded);
       worst_exact = std::max(worst_exact, std::abs(got - (alpha * exact + old)) / tol_exact);
     }
+  bool padding_kept = true;
+  for (std::int64_t i = 0; i < M; ++i)
+    for (std::int64_t j = N; j < ldc; ++j) padding_kept = padding_kept && C[std::size_t(i * ldc + j)] == C0[std::size_t(i * ldc + j)];
+  CHECK(padding_kept);
   INFO("M " << M << " N " << N << " K " << K << " rowA " << rowA << " rowB " << rowB << " accumulate " << accumulate
             << ": worst error / bound " << worst_rounded << " (rounded operands), " << worst_exact << " (exact)");
   CHECK(worst_rounded <= 1.0);
@@ -120,9 +153,10 @@ TEST_CASE("bf16: packing rounds to nearest, ties to even, as float_to_bf16 does"
 TEST_CASE("bf16: the GEMM engine against float64 products of rounded and of exact operands", "[bf16]") {
   skip_without_bf16();
   // Shapes: tails in every dimension (M not a multiple of 14, N of 32, K odd),
-  // several K-slabs (K > 512), B in more than one column block (N > 256), and
-  // products large enough to be split over the threads.
-  const std::int64_t shapes[][3] = {{1, 1, 1}, {13, 31, 7}, {29, 65, 33}, {70, 300, 1031}, {600, 96, 130}};
+  // several K-slabs (K > 512), B in more than one column block (N > 256),
+  // products split over the threads, and pieces of more than one 518-row block.
+  const std::int64_t shapes[][3] = {{1, 1, 1},       {13, 31, 7},     {29, 65, 33},
+                                    {70, 300, 1031}, {600, 96, 130},  {1100, 384, 700}};
   std::uint64_t seed = 1;
   for (const auto& s : shapes) {
     check_gemm<Eigen::RowMajor, Eigen::ColMajor>(s[0], s[1], s[2], false, 1.0f, seed++);
@@ -172,22 +206,68 @@ TEST_CASE("bf16: fp32 stays the float32 engine, and bf16 differs from it", "[bf1
   CHECK(std::abs(double(C32[N]) - 64 * 0.1 * 0.3) < 1e-5);
 }
 
+TEST_CASE("bf16: attention's products against float64 attention with bf16 operands", "[bf16]") {
+  skip_without_bf16();
+  // Shapes the word arithmetic must get right: one token, odd lengths and head
+  // dimensions, a last query block of 2 rows (130 = 2·64 + 2), a sliding
+  // window, two heads so rows have a stride (C = 2·dk).
+  struct Case {
+    std::int64_t seq, dk, window;
+  };
+  const Case cases[] = {{1, 5, 0}, {7, 33, 0}, {77, 64, 0}, {130, 64, 0}, {130, 33, 9}, {77, 5, 9}};
+  std::mt19937_64 rng(17);
+  std::normal_distribution<double> g(0.0, 1.0);
+  for (const Case& c : cases) {
+    const std::int64_t B = 1, H = 2, C = H * c.dk, n = B * c.seq * C;
+    const double scale = 1.0 / std::sqrt(double(c.dk));
+    std::vector<double> q(static_cast<std::size_t>(n)), k(q.size()), v(q.size()), dy(q.size());
+    for (auto* x : {&q, &k, &v, &dy})
+      for (double& e : *x) e = double(float(g(rng)));
+    auto to_float = [](const std::vector<double>& x) { return std::vector<float>(x.begin(), x.end()); };
+    const std::vector<float> qf = to_float(q), kf = to_float(k), vf = to_float(v), dyf = to_float(dy);
+    // The oracle: float64 attention, every product's operands rounded to bf16.
+    std::vector<double> y(q.size()), lse(std::size_t(B * H * c.seq)), dq(q.size()), dk(q.size()), dv(q.size());
+    // float32 attention on the bf16 engine (f16) and on the float32 one (f32).
+    std::vector<float> y16(q.size()), l16(lse.size()), dq16(q.size()), dk16(q.size()), dv16(q.size());
+    std::vector<float> y32(q.size()), l32(lse.size()), dq32(q.size()), dk32(q.size()), dv32(q.size());
+    {
+      PrecisionScope bf16(Precision::bf16);
+      cpu::attention_forward(y.data(), lse.data(), q.data(), k.data(), v.data(), B, c.seq, H, c.dk, scale, c.window);
+      cpu::attention_backward(dq.data(), dk.data(), dv.data(), dy.data(), y.data(), lse.data(), q.data(), k.data(),
+                              v.data(), B, c.seq, H, c.dk, scale, c.window);
+      cpu::attention_forward(y16.data(), l16.data(), qf.data(), kf.data(), vf.data(), B, c.seq, H, c.dk,
+                             float(scale), c.window);
+      cpu::attention_backward(dq16.data(), dk16.data(), dv16.data(), dyf.data(), y16.data(), l16.data(), qf.data(),
+                              kf.data(), vf.data(), B, c.seq, H, c.dk, float(scale), c.window);
+    }
+    cpu::attention_forward(y32.data(), l32.data(), qf.data(), kf.data(), vf.data(), B, c.seq, H, c.dk, float(scale),
+                           c.window);
+    cpu::attention_backward(dq32.data(), dk32.data(), dv32.data(), dyf.data(), y32.data(), l32.data(), qf.data(),
+                            kf.data(), vf.data(), B, c.seq, H, c.dk, float(scale), c.window);
+    // Against the oracle only float32's arithmetic differs, plus P and dS values
+    // (computed in float32 here, float64 there) that straddle a bf16 rounding
+    // boundary: ~2^-16 of them, one bf16 step each. 1e-4 normwise, twice the
+    // float32 path's bar against float64 (test_precision: 5e-5). The float32
+    // engine must miss it: bf16's rounding (u = 2^-8) moves these by ~1e-3.
+    const double bar = 1e-4;
+    const std::pair<const char*, std::pair<const std::vector<float>*, const std::vector<float>*>> outs[] = {
+        {"y", {&y16, &y32}}, {"dq", {&dq16, &dq32}}, {"dk", {&dk16, &dk32}}, {"dv", {&dv16, &dv32}}};
+    const std::vector<double>* refs[] = {&y, &dq, &dk, &dv};
+    for (int o = 0; o < 4; ++o) {
+      const double e16 = rel_err(outs[o].second.first->data(), refs[o]->data(), refs[o]->size());
+      const double e32 = rel_err(outs[o].second.second->data(), refs[o]->data(), refs[o]->size());
+      INFO("T " << c.seq << " dk " << c.dk << " window " << c.window << ": " << outs[o].first << " bf16 engine "
+                << e16 << ", float32 engine " << e32 << " from the bf16 oracle");
+      CHECK(e16 <= bar);
+      if (c.seq > 1) CHECK(e32 > bar);  // one token: y = v exactly, in any precision
+    }
+  }
+}
+
 // ---------------------------------------------------------------- the model
 #include "normlab/normlab.hpp"
 #include "normlab/train/variants.hpp"
 
-namespace {
-
-double rel_err(const float* a, const double* b, std::size_t n) {
-  double num = 0, den = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    den += b[i] * b[i];
-  }
-  return std::sqrt(num / den);
-}
-
-}  // namespace
 
 TEMPLATE_LIST_TEST_CASE("bf16: every variant's loss and gradients against the float64 oracle", "[bf16]",
                         all_variants) {

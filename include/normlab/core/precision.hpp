@@ -2,8 +2,9 @@
 // The arithmetic a float32 model's products run in: every GEMM in float32
 // (fp32), or with its operands rounded to bf16 and products accumulated in
 // float32 (bf16). Master weights, optimizer state, norms, softmax, residual
-// updates, losses and reductions stay float32 in both (docs/design.md); a
-// float64 model ignores it (the oracle is always exact float64).
+// updates, losses and reductions stay float32 in both (docs/design.md). A
+// float64 model under bf16 rounds its products' operands to bf16 and multiplies
+// in float64: the oracle of the bf16 method; under fp32 it is the exact oracle.
 #include <bit>
 #include <cstdint>
 #include <optional>

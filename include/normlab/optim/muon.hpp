@@ -12,7 +12,8 @@
 //       A = XᵀX, X ← aX + XB, which is the reference's transpose-iterate-transpose
 //   W ← W·(1 − lr·wd) − lr·√max(1, r/c)·X
 // The reference runs the iteration in bfloat16; here it runs in T (float32, or
-// float64 as the oracle). The quintic's coefficients do not converge to exactly
+// float64 as the oracle), its products in bf16 when the run's are
+// (Precision::bf16: the backend's GEMMs). The quintic's coefficients do not converge to exactly
 // orthogonal: the singular values of X end in a band around 1 (about
 // [0.68, 1.13] after 5 steps; tests/test_optim.cpp checks it).
 //

@@ -42,7 +42,8 @@ struct cpu_backend {
   static void synchronize() {}
   // The arithmetic of float32 products (core/precision.hpp), for the process:
   // bf16 runs them on the AVX-512 BF16 engine where the CPU has it, else they
-  // stay float32 and precision_engine() says so. float64 models ignore it.
+  // stay float32 and precision_engine() says so. float64 products under bf16
+  // round their operands to bf16 (the bf16 method's oracle, any CPU).
   static void set_precision(Precision p) { cpu::set_matmul_precision(p); }
   static std::string precision_engine() {
     return std::string(precision_name(cpu::matmul_precision())) + " (" + cpu::float_gemm_engine() + ")";

@@ -80,7 +80,8 @@ NORMLAB_BF16_TARGET inline void micro_kernel(std::int64_t kp, const std::uint32_
     _mm_prefetch(reinterpret_cast<const char*>(Bp + 8 * kNR), _MM_HINT_T0);
 #pragma GCC unroll 14
     for (int r = 0; r < MR; ++r) {
-      const __m512bh a = reinterpret_cast<__m512bh>(_mm512_set1_epi32(int(Ap[r])));
+      // The panel's words live in float scratch: read through a may-alias load.
+      const __m512bh a = reinterpret_cast<__m512bh>(_mm512_set1_epi32(_mm_cvtsi128_si32(_mm_loadu_si32(Ap + r))));
       c0[r] = _mm512_dpbf16_ps(c0[r], a, b0);
       c1[r] = _mm512_dpbf16_ps(c1[r], a, b1);
     }
@@ -175,8 +176,8 @@ NORMLAB_BF16_TARGET inline void pack_b(std::uint32_t* dst, const float* B, std::
     // Stored along N: rows k and k+1 read once, contiguously, into every panel.
     for (std::int64_t q = 0; q < kp; ++q) {
       const float* s0 = B + (k0 + 2 * q) * ldb + j0;
-      const float* s1 = s0 + ldb;
       const bool second = 2 * q + 1 < kn;
+      const float* s1 = second ? s0 + ldb : s0;  // row k+1, or (unread) row k when K ends at k
       for (std::int64_t c = 0; c < n; c += kNR) {
         const int nv = int(std::min<std::int64_t>(kNR, n - c));
         std::uint32_t* d = dst + c * kp + q * kNR;

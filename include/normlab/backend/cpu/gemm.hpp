@@ -12,8 +12,10 @@ static_assert(EIGEN_VERSION_AT_LEAST(3, 4, 0),
 #include <cblas.h>
 #endif
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <type_traits>
 
 #include "normlab/backend/cpu/bf16gemm_avx512.hpp"
@@ -246,8 +248,9 @@ void serial_sgemm(std::int64_t M, std::int64_t N, std::int64_t K, const float* A
 
 namespace detail {
 // The float64 oracle of the bf16 method: op(A) and op(B) rounded to bf16 (via
-// float, as a float32 model's values are), then multiplied in float64. Copies
-// into grow-only scratch, same layout with the leading dimension tightened.
+// float, as a float32 model's values are; subnormals read as zero, as the BF16
+// instructions read them), then multiplied in float64. Copies into grow-only
+// scratch, same layout with the leading dimension tightened.
 template <int LhsOrder, int RhsOrder>
 void gemm_bf16_operands(std::int64_t M, std::int64_t N, std::int64_t K, const double* A, std::int64_t lda,
                         const double* B, std::int64_t ldb, double* C, std::int64_t ldc, bool accumulate,
@@ -258,7 +261,10 @@ void gemm_bf16_operands(std::int64_t M, std::int64_t N, std::int64_t K, const do
   double* b = a + a_rows * a_cols;
   auto round_copy = [](double* dst, const double* src, std::int64_t rows, std::int64_t cols, std::int64_t ld) {
     for (std::int64_t i = 0; i < rows; ++i)
-      for (std::int64_t j = 0; j < cols; ++j) dst[i * cols + j] = double(bf16_to_float(float_to_bf16(float(src[i * ld + j]))));
+      for (std::int64_t j = 0; j < cols; ++j) {
+        const float f = float(src[i * ld + j]);
+        dst[i * cols + j] = std::abs(f) < std::numeric_limits<float>::min() ? 0.0 : double(bf16_to_float(float_to_bf16(f)));
+      }
   };
   round_copy(a, A, a_rows, a_cols, lda);
   round_copy(b, B, b_rows, b_cols, ldb);
