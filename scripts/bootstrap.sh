@@ -8,6 +8,7 @@ packages=(
   libeigen3-dev          # CPU backend
   nlohmann-json3-dev     # safetensors headers, JSON output
   libcli11-dev           # command lines
+  libsentencepiece-dev   # subword tokens (normlab-tokenize)
   catch2                 # tests (Catch2 v2 on Debian 12)
   libbenchmark-dev       # benchmarks
   gnuplot-nox            # the ablation's loss plots (PNG, SVG)

@@ -22,6 +22,9 @@ struct TokenData {
   std::vector<std::uint16_t> train, val;  // token ids
   std::int64_t vocab_size = 256;
   std::string description;  // e.g. "brown corpus (data/brown.txt), 6.0M bytes"
+  // The SentencePiece model the ids come from (its path); empty for bytes and
+  // for shards without one.
+  std::string tokenizer;
   // The best achievable loss (nats/token) when it is known, i.e. for synthetic data.
   double entropy_floor_nats = std::numeric_limits<double>::quiet_NaN();
 };

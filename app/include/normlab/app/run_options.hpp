@@ -238,6 +238,7 @@ struct SampleOptions {
   double temperature = 0.8;
   std::int64_t top_k = 40;
   std::uint64_t seed = 1;
+  std::string tokenizer;  // a SentencePiece model; default: the one the checkpoint names
 };
 
 struct TrainCommand {

@@ -21,6 +21,7 @@
 #include "normlab/core/process.hpp"
 #include "normlab/train/data.hpp"
 #include "normlab/app/run_options.hpp"
+#include "normlab/app/tokenizer.hpp"
 
 namespace normlab {
 namespace detail {
@@ -52,7 +53,20 @@ inline data::TokenData load_training_data(const TrainOptions& o) {
   }
   const fs::path p = o.data;
   if (fs::is_directory(p)) {
-    if (o.vocab <= 0) throw Error("--data " + o.data + " is a directory of token shards: give its --vocab");
+    const fs::path model = p / tok::kModelFile;
+    if (fs::exists(model)) {  // normlab-tokenize's directory: the vocabulary is the model's
+      const tok::Tokenizer t = tok::Tokenizer::load(model);
+      if (o.vocab > 0 && o.vocab != t.vocab())
+        throw Error("--vocab " + std::to_string(o.vocab) + " disagrees with " + model.string() + ", which has " +
+                    std::to_string(t.vocab()) + " pieces: leave --vocab out");
+      data::TokenData td = data::load_bin_dir(p, t.vocab());
+      td.tokenizer = fs::absolute(model).lexically_normal().string();
+      td.description += ", SentencePiece BPE (" + model.string() + ")";
+      return td;
+    }
+    if (o.vocab <= 0)
+      throw Error("--data " + o.data + " is a directory of token shards without a " + tok::kModelFile +
+                  ": give its --vocab");
     return data::load_bin_dir(p, o.vocab);
   }
   if (!fs::exists(p))

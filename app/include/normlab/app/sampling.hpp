@@ -1,10 +1,13 @@
 #pragma once
-// Text from a trained byte-level checkpoint, token by token with the KV cache
-// (train-<variant> --sample).
+// Text from a trained checkpoint, token by token with the KV cache
+// (train-<variant> --sample): bytes for a byte-level model, else through the
+// SentencePiece model its tokens came from.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
+#include <optional>
 #include <random>
 #include <string>
 #include <utility>
@@ -16,6 +19,7 @@
 #include "normlab/train/checkpoint.hpp"
 #include "normlab/train/data.hpp"
 #include "normlab/app/run_options.hpp"
+#include "normlab/app/tokenizer.hpp"
 
 namespace normlab {
 
@@ -30,7 +34,23 @@ std::string run_sampling(const SampleOptions& s) {
   if (T <= 0)
     throw Error(s.ckpt + ": the checkpoint does not record its context length (metadata max_seq or run.seq); "
                 "save it with normlab::save_checkpoint, which records max_seq");
-  if (mc.vocab_size != 256) throw Error(s.ckpt + ": sampling text needs a byte-level model (vocabulary 256)");
+  // The tokenizer: --tokenizer, else the one the checkpoint names, else bytes.
+  std::string tokenizer = s.tokenizer;
+  if (tokenizer.empty() && f.metadata().count("data.tokenizer")) {
+    tokenizer = f.metadata_value("data.tokenizer");
+    if (!std::filesystem::exists(tokenizer))
+      throw Error(s.ckpt + ": its tokens came from " + tokenizer + ", which no longer exists: give --tokenizer FILE");
+  }
+  std::optional<tok::Tokenizer> tk;
+  if (!tokenizer.empty()) {
+    tk = tok::Tokenizer::load(tokenizer);
+    if (tk->vocab() != mc.vocab_size)
+      throw Error(s.ckpt + ": the model's vocabulary is " + std::to_string(mc.vocab_size) + ", the tokenizer " +
+                  tokenizer + " has " + std::to_string(tk->vocab()) + " pieces");
+  } else if (mc.vocab_size != 256) {
+    throw Error(s.ckpt + ": a model of vocabulary " + std::to_string(mc.vocab_size) +
+                " needs the SentencePiece model of its tokens, and the checkpoint names none: give --tokenizer FILE");
+  }
   mc.validate();
   if (T > (1 << 20) || mc.n_embd > (1 << 16) || mc.n_layer > 4096)
     throw Error(s.ckpt + ": metadata max_seq = " + std::to_string(T) + ", n_embd = " + std::to_string(mc.n_embd) +
@@ -42,10 +62,10 @@ std::string run_sampling(const SampleOptions& s) {
   Model model(mc, 1, T);
   load_checkpoint(f, model, static_cast<AdamW<float>*>(nullptr));
   if (s.temperature < 0) throw Error("--temperature must be >= 0");
-  const std::vector<std::uint16_t> prompt = data::encode_bytes(s.prompt);
+  const std::vector<std::uint16_t> prompt = tk ? tk->encode(s.prompt) : data::encode_bytes(s.prompt);
   if (prompt.empty()) throw Error("--prompt must not be empty");
   if (std::int64_t(prompt.size()) >= T)
-    throw Error("--prompt is " + std::to_string(prompt.size()) + " bytes; the model's context is " +
+    throw Error("--prompt is " + std::to_string(prompt.size()) + " tokens; the model's context is " +
                 std::to_string(T));
   auto cache = model.make_kv_cache();
   const float* logits = nullptr;
@@ -70,7 +90,7 @@ std::string run_sampling(const SampleOptions& s) {
   if (s.tokens > room)
     std::fprintf(stderr, "sample: stopped after %lld tokens, the model's context (%lld) is full\n",
                  (long long)room, (long long)T);
-  return s.prompt + data::decode_bytes(out);
+  return s.prompt + (tk ? tk->decode(out) : data::decode_bytes(out));
 }
 
 }  // namespace normlab

@@ -161,6 +161,8 @@ inline CLI::Option* add_sample_flags(CLI::App& app, SampleOptions& so) {
   app.add_option("--tokens", so.tokens, "tokens to generate")->capture_default_str()->check(positive_integer());
   app.add_option("--temperature", so.temperature, "0 = greedy")->capture_default_str()->check(real(0, false, 100));
   app.add_option("--top-k", so.top_k, "sample among the k most likely (0 = all)")->capture_default_str()->check(non_negative_integer());
+  app.add_option("--tokenizer", so.tokenizer,
+                 "for --sample: the SentencePiece model of the checkpoint's tokens (default: the one it names)");
   return sample;
 }
 

@@ -271,6 +271,9 @@ class TrainingRun {
     // Not a run.* key: a checkpoint holds float32 master weights, and a run may
     // resume in either precision; this says what the last stretch ran in.
     meta["train.precision"] = o_.precision;
+    // Where the ids' text lives, for --sample (not run.*: moving the file
+    // does not change the run).
+    if (!td_.tokenizer.empty()) meta["data.tokenizer"] = td_.tokenizer;
     model().save(ckpt_, whole ? &*whole : &*opt_, meta);
   }
 
