@@ -117,10 +117,12 @@ struct angpt_output_factors {
   static constexpr std::string_view name = WithAttentionFactor ? "angpt_attnfactor" : "angpt";
   static constexpr bool approximate = true;
   static double attn(const ModelConfig& cfg, std::int64_t max_seq) {
+    // The multiplier (the 0.5x/2x ablation) scales the factor there is: 1 where
+    // the paper leaves attention mixing unscaled.
     if constexpr (WithAttentionFactor)
       return cfg.angpt_attn_factor_mult * angpt_attention_factor(cfg.head_dim(), max_seq, cfg.sqk_init);
     else
-      return 1.0;
+      return cfg.angpt_attn_factor_mult;
   }
   // For the SwiGLU MLP (κ above) of width F = d_ff (4d by default: angpt_mlp_factor).
   static double mlp(const ModelConfig& cfg) {

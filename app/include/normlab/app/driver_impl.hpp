@@ -106,8 +106,19 @@ int time_training_with(TrainOptions o, Comm& comm, const VariantEntry<Backend>& 
 }  // namespace detail
 
 
-// train_main's body (driver.hpp), for any variant on this backend and communicator.
 namespace detail {
+// A model flag the variant has nothing to apply to would change nothing, silently: refused.
+template <class Backend>
+void check_model_flags(const TrainOptions& o, const VariantEntry<Backend>& v) {
+  if (o.alpha_init > 0 && !v.learns_alpha)
+    throw Error("--alpha-init: " + std::string(v.name) + " has no learned residual step alpha (its residual rule "
+                "learns none)");
+  if ((o.angpt_attn_factor > 0 || o.angpt_mlp_factor > 0) && !v.approximate_factors)
+    throw Error(std::string(o.angpt_attn_factor > 0 ? "--angpt-attn-factor" : "--angpt-mlp-factor") + ": " +
+                std::string(v.name) + " has no anGPT output factors (only the anGPT variants do)");
+}
+
+// train_main's body (driver.hpp), for any variant on this backend and communicator.
 template <class Comm, class Backend>
 int train_main_with(int argc, char** argv, const VariantEntry<Backend>& v, const OptimizerMenu<Backend>& menu) {
   detail::prefer_short_omp_spin(argv);
@@ -155,6 +166,7 @@ int train_main_with(int argc, char** argv, const VariantEntry<Backend>& v, const
       throw Error("--d " + std::to_string(o.d) + " must be a multiple of --heads " + std::to_string(o.heads) +
                   " with an even head dimension");
     if (o.stop_at > o.steps) throw Error("--stop-at must not exceed --steps");
+    detail::check_model_flags(o, v);
     if (!menu.has(o.optimizer))
       throw Error("--optimizer " + o.optimizer + ": unknown optimizer (known: " + menu.names + ")");
     if (cmd.sampling) {

@@ -82,6 +82,8 @@ VariantEntry<Backend> variant_entry() {
   else e.default_lr_source = "the variant tag's default_lr";
   e.apply_defaults = &apply_variant_defaults<Model>;
   if constexpr (requires(ModelConfig& mc) { Tag::configure(mc); }) e.configure = &Tag::configure;
+  e.learns_alpha = rule_learns_alpha<typename Model::residual>();
+  e.approximate_factors = Model::scheme::output_factors::approximate;
   e.plan_memory = &plan_run_memory<Model>;
   e.make = +[](const ModelConfig& mc, std::int64_t batch, std::int64_t seq) -> std::unique_ptr<ModelHandle<Backend>> {
     return std::make_unique<ModelAdapter<Model>>(mc, batch, seq);

@@ -32,6 +32,9 @@ struct TrainOptions {
   std::int64_t window = -1;          // -1: the variant's (full causal unless it sets one)
   std::string positions;             // "": the variant's (RoPE unless it sets one); rope | none | learned
   std::int64_t bias = -1;            // -1: the variant's (none unless it sets them); 0 | 1
+  double alpha_init = -1;            // -1: ModelConfig's (0.05); the learned residual step's initial α
+  double angpt_attn_factor = -1;     // -1: 1; multiplies anGPT's attention output factor
+  double angpt_mlp_factor = -1;      // -1: 1; multiplies anGPT's MLP output factor
   double lr = 0;                     // 0: the variant's default (variants.hpp), or the checkpoint's on resume
   double min_lr = -1;                // -1: lr / 10
   std::int64_t warmup = -1;          // -1: the variant's default
@@ -227,6 +230,9 @@ inline ModelConfig model_config(const TrainOptions& o, std::int64_t vocab,
   if (mc.positions != Positions::learned) mc.n_positions = 0;
   else if (mc.n_positions == 0) mc.n_positions = o.seq;  // the table covers the training context
   if (o.bias >= 0) mc.bias = o.bias != 0;
+  if (o.alpha_init > 0) mc.alpha_init = o.alpha_init;
+  if (o.angpt_attn_factor > 0) mc.angpt_attn_factor_mult = o.angpt_attn_factor;
+  if (o.angpt_mlp_factor > 0) mc.angpt_mlp_factor_mult = o.angpt_mlp_factor;
   return mc;
 }
 }  // namespace detail

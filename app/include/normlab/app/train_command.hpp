@@ -60,6 +60,17 @@ inline void add_model_and_data_flags(CLI::App& app, TrainOptions& o) {
       ->check(CLI::IsMember({"rope", "none", "learned"}));
   app.add_option("--bias", o.bias, "1: a bias on every linear layer of the blocks (GPT-2); default: the variant's, else 0")
       ->check(CLI::Range(0, 1));
+  app.add_option("--alpha-init", o.alpha_init,
+                 "variants with a learned residual step (nGPT, anGPT, gpt_alpha): its initial alpha (default 0.05; "
+                 "nGPT calls its init of the order of 1/layers)")
+      ->check(real(0, true, 1));
+  app.add_option("--angpt-attn-factor", o.angpt_attn_factor,
+                 "anGPT variants: multiplies the attention output's constant factor (the paper's 0.5x/2x ablation; "
+                 "default 1)")
+      ->check(real(0, true, 100));
+  app.add_option("--angpt-mlp-factor", o.angpt_mlp_factor,
+                 "anGPT variants: multiplies the MLP output's constant factor (the paper's 0.5x/2x ablation; default 1)")
+      ->check(real(0, true, 100));
 }
 
 inline void add_optimizer_flags(CLI::App& app, TrainOptions& o, RawTrainFlags& raw, std::string_view variant,
