@@ -477,10 +477,39 @@ TEST_CASE("ablate: the sweep picks each variant's lowest final loss; diverged ru
   // The table: one column per rate, the choice in bold, "diverged" and "not run" said as such.
   const std::string md = ab::sweep_markdown({"gpt", "ngpt"}, {1e-3, 3e-3, 1e-2, 3e-2, 1e-1}, runs, c, 75, 1);
   INFO(md);
-  CHECK(md.find("| variant | lr 0.001 | lr 0.003 | lr 0.01 | lr 0.03 | lr 0.1 | chosen lr |") != std::string::npos);
-  CHECK(row_of(md, "gpt") == "| gpt | 2.1000 | **1.9500** | 2.0500 | diverged | not run | 0.003 |");
-  CHECK(row_of(md, "ngpt") == "| ngpt | 2.3000 | 2.0000 | **1.9000** | diverged | not run | 0.01 |");
+  CHECK(md.find("| variant | lr 0.001 | lr 0.003 | lr 0.01 | lr 0.03 | lr 0.1 | chosen lr | neighbours' losses "
+                "(below / above) |") != std::string::npos);
+  CHECK(row_of(md, "gpt") == "| gpt | 2.1000 | **1.9500** | 2.0500 | diverged | not run | 0.003 | 2.1000 / 2.0500 |");
+  CHECK(row_of(md, "ngpt") == "| ngpt | 2.3000 | 2.0000 | **1.9000** | diverged | not run | 0.01 | 2.0000 / diverged |");
   CHECK(md.find("75 steps (seed 1)") != std::string::npos);
+  // A rate only an extension ran is marked, and a winner on the edge is said to be.
+  const std::vector<ab::SweepRun> edge = {{"gpt", 1e-2, 2.0}, {"gpt", 3e-2, 2.2}};
+  const std::string md_edge = ab::sweep_markdown({"gpt"}, {3e-2}, edge, ab::choose_learning_rates({"gpt"}, edge), 75, 1);
+  INFO(md_edge);
+  CHECK(md_edge.find("| variant | lr 0.01 (ext.) | lr 0.03 |") != std::string::npos);
+  CHECK(row_of(md_edge, "gpt") == "| gpt | **2.0000** | 2.2000 | 0.01 | none tried / 2.2000 (on the edge) |");
+}
+
+TEST_CASE("ablate: a sweep whose best rate sits on an edge goes one rate further, x3 or /3, until it is interior",
+          "[ablate]") {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  using R = std::vector<ab::SweepRun>;
+  // Best at the bottom: next /3; at the top: x3; inside: done.
+  CHECK(ab::next_grid_rate("v", R{{"v", 3e-3, 1.9}, {"v", 1e-2, 2.0}, {"v", 3e-2, 2.1}}) == Approx(1e-3));
+  CHECK(ab::next_grid_rate("v", R{{"v", 3e-3, 2.1}, {"v", 1e-2, 2.0}, {"v", 3e-2, 1.9}}) == Approx(9e-2));
+  CHECK_FALSE(ab::next_grid_rate("v", R{{"v", 3e-3, 2.1}, {"v", 1e-2, 1.9}, {"v", 3e-2, 2.0}}));
+  // A diverged rate above the best bounds it: the best is interior, nothing more to try there.
+  CHECK_FALSE(ab::next_grid_rate("v", R{{"v", 3e-3, 2.1}, {"v", 1e-2, 1.9}, {"v", 3e-2, nan}}));
+  CHECK_FALSE(ab::next_grid_rate("v", R{{"v", 3e-3, 2.1}, {"v", 1e-2, 1.9}, {"v", 3e-2, std::nullopt}}));
+  // Other variants' runs do not count.
+  CHECK(ab::next_grid_rate("v", R{{"v", 1e-2, 1.9}, {"v", 3e-2, 2.0}, {"w", 1e-3, 1.0}}) == Approx(1e-2 / 3));
+  // The re-check's pair: the best two converged rates, best first, ties the smaller rate.
+  CHECK(ab::best_two_rates("v", R{{"v", 1e-3, 2.0}, {"v", 3e-3, 1.9}, {"v", 1e-2, 2.0}, {"v", 3e-2, nan}}) ==
+        std::vector<double>{3e-3, 1e-3});
+  CHECK(ab::best_two_rates("v", R{{"v", 1e-3, 2.0}, {"v", 3e-3, nan}}) == std::vector<double>{1e-3});
+  // Timing rounds: (slowest - fastest) / median.
+  CHECK(ab::round_spread({0.10, 0.11, 0.12}) == Approx(0.02 / 0.11));
+  CHECK(ab::round_spread({0.1}) == 0.0);
 }
 
 TEST_CASE("ablate: seeds aggregated with intervals, interleaved step times, a variant that never reaches the target",
@@ -523,6 +552,14 @@ TEST_CASE("ablate: seeds aggregated with intervals, interleaved step times, a va
         std::string::npos);
   CHECK(md.find("measured while the runs ran one after another") == std::string::npos);
   CHECK(row_of(md, "slow").find("not reached in 1/1 seeds | n/a (target not reached) |") != std::string::npos);
+  CHECK(md.find("*noisy*") == std::string::npos);
+  // Timing rounds that disagree by over 10%: said beside the time, and in the header.
+  ab::ReportInfo noisy = info;
+  noisy.step_spread = {{"gpt", 0.04}, {"ngpt", 0.25}, {"slow", 0.0}};
+  const std::string md_noisy = ab::results_markdown(runs, noisy);
+  CHECK(md_noisy.find("**over 10% for ngpt 25%**") != std::string::npos);
+  CHECK(row_of(md_noisy, "ngpt").find("*noisy*") != std::string::npos);
+  CHECK(row_of(md_noisy, "gpt (baseline)").find("*noisy*") == std::string::npos);
   // The spread table: gpt's final losses 1.9 / 2.1 → 2.0 ± 0.1414, interval 2.0 ± 12.706 · 0.1414/√2.
   const std::string spread = md.substr(md.find("## Spread over seeds"));
   const double h = 12.706 * std::sqrt(0.02) / std::sqrt(2.0);
@@ -828,12 +865,24 @@ TEST_CASE("ablate: --lr-grid sweeps every variant, trains each at its best rate,
                           "\n--steps\n100\n--steps\n25\n--lr\n0.003\n");
   CHECK(text.find("sweep: gpt trains at lr 0.003") != std::string::npos);
   CHECK(text.find("sweep: ngpt trains at lr 0.01") != std::string::npos);
+  // Both winners sat on an edge of {0.003, 0.01}: one rate further each, then interior.
+  CHECK(text.find("sweep: gpt's best rate is on the edge of the rates tried: extending to 0.001") != std::string::npos);
+  CHECK(text.find("sweep: ngpt's best rate is on the edge of the rates tried: extending to 0.03") != std::string::npos);
+  CHECK(fs::exists(out / "sweep" / "gpt" / "lr0.001" / "summary.json"));
+  CHECK_FALSE(fs::exists(out / "sweep" / "gpt" / "lr0.0003333"));
+  // The best two rates again at the full 100 steps; the winner's run is seed 1's.
+  CHECK(slurp(out / "recheck" / "gpt" / "lr0.001" / "args.txt").find("--steps\n100\n--lr\n0.001\n") != std::string::npos);
+  CHECK(slurp(out / "gpt" / "seed1" / "args.txt") == slurp(out / "recheck" / "gpt" / "lr0.003" / "args.txt"));
   // Full runs at the chosen rate, every seed.
   CHECK(slurp(out / "gpt" / "seed2" / "args.txt").find("--lr\n0.003\n") != std::string::npos);
   CHECK(slurp(out / "ngpt" / "seed1" / "args.txt").find("--lr\n0.01\n") != std::string::npos);
   const std::string md = slurp(out / "results.md");
   CHECK(md.find("## Learning-rate sweep") != std::string::npos);
-  CHECK(row_of(md.substr(md.find("## Learning-rate sweep")), "gpt") == "| gpt | **2.0000** | 2.5000 | 0.003 |");
+  CHECK(row_of(md.substr(md.find("## Learning-rate sweep")), "gpt") ==
+        "| gpt | 2.5000 | **2.0000** | 2.5000 | not run | 0.003 | 2.5000 / 2.5000 |");
+  CHECK(md.find("Full-horizon re-check") != std::string::npos);
+  CHECK(row_of(md.substr(md.find("Full-horizon re-check")), "gpt") == "| gpt | 0.003: 2.0000, 0.001: 2.5000 | 0.003 |");
+  CHECK(md.find("Timing rounds' spread ((slowest − fastest) / median): within 10% for every variant.") != std::string::npos);
   // Time to target from the interleaved step times (2 rounds), and the report says so.
   REQUIRE(fs::exists(out / "timing.json"));
   CHECK(md.find("interleaved benchmark (2 rounds") != std::string::npos);
@@ -851,6 +900,8 @@ TEST_CASE("ablate: --lr-grid sweeps every variant, trains each at its best rate,
   REQUIRE(run_ablate("--report-only --out '" + out.string() + "'", log, "PATH=/nonexistent") == 0);
   const std::string md2 = slurp(out / "results.md");
   CHECK(md2.find("## Learning-rate sweep") != std::string::npos);
+  CHECK(md2.find("lr 0.03 (ext.)") != std::string::npos);
+  CHECK(md2.find("Full-horizon re-check") != std::string::npos);
   CHECK(md2.find("gpt 200.0 ms, ngpt 150.0 ms per step") != std::string::npos);
   // --lr with --lr-grid contradicts it.
   CHECK(run_ablate("--variants gpt --seeds 1 --lr-grid 1e-2 --out '" + (st.tmp.path / "o2").string() +
@@ -866,6 +917,95 @@ TEST_CASE("ablate: --lr-grid sweeps every variant, trains each at its best rate,
   CHECK(run_ablate("--variants gpt,ngpt --seeds 1 --lrs gpt=0.003 --out '" + (st.tmp.path / "o4").string() +
                        "' --bin-dir '" + bin.string() + "'", log) == 2);
   CHECK(slurp(log).find("--lrs: no learning rate for ngpt") != std::string::npos);
+}
+
+TEST_CASE("ablate: --grid-extensions bounds the extension; the report says the winner is still on the edge",
+          "[ablate][cli]") {
+  CliStudy st({});
+  fake_trainer(st.bin, "gpt", 2.0, 0, "0.001");  // best far below the grid
+  const std::string args = "--variants gpt --seeds 1 --lr-grid 1e-2,3e-3 --grid-extensions 1 --timing-rounds 0"
+                           " --no-full-horizon-check" + st.dirs() + " -- --steps 100";
+  REQUIRE(run_ablate(args, st.log) == 0);
+  const std::string text = slurp(st.log);
+  INFO(text);
+  CHECK(text.find("extending to 0.001") != std::string::npos);
+  CHECK(text.find("gpt's best rate is still on the edge after 1 extension(s) (--grid-extensions): 0.000333333 not tried") !=
+        std::string::npos);
+  const std::string md = slurp(st.out / "results.md");
+  CHECK(row_of(md.substr(md.find("## Learning-rate sweep")), "gpt") ==
+        "| gpt | **2.0000** | 2.5000 | 2.5000 | 0.001 | none tried / 2.5000 (on the edge) |");
+  CHECK(md.find("No full-horizon re-check (--no-full-horizon-check): the rates were chosen on 25-step runs of a "
+                "100-step study.") != std::string::npos);
+  CHECK_FALSE(fs::exists(st.out / "recheck"));
+  CHECK(slurp(st.out / "gpt" / "seed1" / "args.txt").find("--lr\n0.001\n") != std::string::npos);
+}
+
+TEST_CASE("ablate: tokens to target from a loss-vs-budget curve, interpolated in log tokens", "[ablate]") {
+  const std::vector<double> t = {25000, 50000, 100000};
+  // Between the budgets that bracket it, linear in log tokens: 2.0 lies 1/4 of the way from 2.2 to 1.4.
+  const ab::BudgetReach r = ab::budget_tokens_to_reach(t, {2.6, 2.2, 1.4}, 2.0);
+  REQUIRE(r.tokens);
+  CHECK(*r.tokens == Approx(std::exp(std::log(50000.0) + 0.25 * std::log(2.0))));
+  CHECK_FALSE(r.bound);
+  // The full budget exactly at the target (the baseline): its own tokens.
+  CHECK(*ab::budget_tokens_to_reach(t, {2.6, 2.2, 2.0}, 2.0).tokens == Approx(100000));
+  // Already at the smallest budget: a bound, not an extrapolation.
+  const ab::BudgetReach b = ab::budget_tokens_to_reach(t, {1.9, 1.8, 1.7}, 2.0);
+  CHECK(*b.tokens == 25000);
+  CHECK(b.bound);
+  // Never: nullopt; a diverged budget is skipped, not interpolated across.
+  CHECK_FALSE(ab::budget_tokens_to_reach(t, {2.6, 2.2, 2.1}, 2.0).tokens);
+  CHECK(*ab::budget_tokens_to_reach(t, {2.6, std::nan(""), 1.9}, 2.0).tokens == 100000);
+}
+
+TEST_CASE("ablate: --budgets trains each variant to each budget with its own schedule and reports both methods",
+          "[ablate][cli]") {
+  CliStudy st({});
+  // A fake trainer whose final loss falls with its own --steps: loss = A + 30 / steps (in thousandths),
+  // tokens = 1000 per step; its metrics: 4.0 at the first step, the final loss at the last.
+  auto budget_trainer = [&](const std::string& v, int a_milli) {
+    const fs::path p = st.bin / ("train-" + v);
+    write(p, "#!/bin/sh\nseed=''; out=''; steps=100; timed=''; prev=''\n"
+             "for a in \"$@\"; do\n"
+             "  case \"$prev\" in --seed) seed=$a ;; --out) out=$a ;; --steps) steps=$a ;; --time-steps) timed=$a ;; esac\n"
+             "  prev=$a\ndone\n"
+             "mkdir -p \"$out\"\n"
+             "if [ -n \"$timed\" ]; then printf '{\"step_time_s\": 0.1}\\n' > \"$out/step_time.json\"; exit 0; fi\n"
+             "printf '%s\\n' \"$@\" > \"$out/args.txt\"\n"
+             "loss=$((" + std::to_string(a_milli) + " + 30000 / steps)); tokens=$((steps * 1000))\n"
+             "fl=$(printf '%d.%03d' $((loss / 1000)) $((loss % 1000)))\n"
+             "{ printf '{\"step\": 1, \"tokens\": 1000, \"val_loss\": 4.0, \"elapsed_s\": 0.1}\\n'\n"
+             "  printf '{\"step\": %d, \"tokens\": %d, \"val_loss\": %s, \"elapsed_s\": 1.0}\\n' $steps $tokens $fl\n"
+             "} > \"$out/metrics.jsonl\"\n"
+             "printf '{\"variant\": \"" + v + "\", \"seed\": %s, \"steps\": %d, \"tokens\": %d, \"final_val_loss\": %s, "
+             "\"mean_step_time_s\": 0.1, \"total_time_s\": 1.0, \"data\": \"fake\"}\\n' \"$seed\" $steps $tokens $fl "
+             "> \"$out/summary.json\"\n");
+    fs::permissions(p, fs::perms::owner_all, fs::perm_options::replace);
+  };
+  budget_trainer("gpt", 2000);   // 25 steps: 3.200, 50: 2.600, 100: 2.300 (the target)
+  budget_trainer("ngpt", 1800);  // 25: 3.000, 50: 2.400, 100: 2.100
+  const std::string args = "--variants gpt,ngpt --seeds 1 --budgets 0.25,0.5,1 --timing-rounds 0" + st.dirs() +
+                           " -- --steps 100";
+  REQUIRE(run_ablate(args, st.log) == 0);
+  INFO(slurp(st.log));
+  CHECK(slurp(st.out / "budget0.25" / "ngpt" / "seed1" / "args.txt").find("--steps\n100\n--steps\n25\n") !=
+        std::string::npos);
+  const std::string md = slurp(st.out / "results.md");
+  INFO(md);
+  const std::string sec = md.substr(md.find("## Budgets as separate runs"));
+  // gpt reaches its own 2.3 at the full budget; ngpt between 50k (2.4) and 100k (2.1): 1/3 of the way in log tokens.
+  char want[200];
+  std::snprintf(want, sizeof want, "| ngpt | 3.0000 | 2.4000 | 2.1000 | %.0f | %.2f |",
+                std::exp(std::log(50000.0) + std::log(2.0) / 3), 100000 / std::exp(std::log(50000.0) + std::log(2.0) / 3));
+  CHECK(row_of(sec, "ngpt").find(want) != std::string::npos);
+  CHECK(row_of(sec, "gpt (baseline)").find("| 3.2000 | 2.6000 | 2.3000 | 100000 | 1.00 |") != std::string::npos);
+  // A rerun skips every run; another budget list into the same OUT is refused.
+  REQUIRE(run_ablate(args, st.log) == 0);
+  CHECK(run_ablate("--variants gpt,ngpt --seeds 1 --budgets 0.5 --timing-rounds 0" + st.dirs() + " -- --steps 100",
+                   st.log) == 2);
+  CHECK(slurp(st.log).find("other --budgets") != std::string::npos);
+  CHECK(run_ablate("--variants gpt --seeds 1 --budgets 1.5" + st.dirs() + " -- --steps 100", st.log) == 2);
+  CHECK(slurp(st.log).find("not a fraction of the study's steps in (0, 1]") != std::string::npos);
 }
 
 TEST_CASE("ablate: usage mistakes get a sentence that says what to do", "[ablate][cli]") {

@@ -24,6 +24,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -194,8 +195,10 @@ V record_field(const nlohmann::json& record, const fs::path& out, const char* ke
 }
 
 struct Options {
-  std::string variants_s, seeds_s, out, bin_dir, lr_grid_s, lrs_s, baselines_s, extrapolate_s;
+  std::string variants_s, seeds_s, out, bin_dir, lr_grid_s, lrs_s, baselines_s, extrapolate_s, budgets_s;
   std::int64_t sweep_steps = 0;    // 0: a quarter of the study's --steps
+  std::int64_t grid_extensions = 3;  // rates a variant's sweep may add past an edge winner
+  bool full_horizon_check = true;    // the sweep's best two rates re-run at the study's --steps
   std::int64_t timing_rounds = 3;  // 0: time to target from the runs' wall clock
   std::int64_t timing_steps = 5;
   bool dry_run = false, report_only = false;
@@ -266,17 +269,61 @@ fs::path sweep_dir(const fs::path& out, const std::string& variant, double lr) {
   return out / "sweep" / variant / ("lr" + lr_name(lr));
 }
 
+fs::path recheck_dir(const fs::path& out, const std::string& variant, double lr) {
+  return out / "recheck" / variant / ("lr" + lr_name(lr));
+}
+
+// The rates a variant's sweep has run: the grid's and those its extensions added
+// (OUT/sweep/<variant>/lr<rate>), ascending.
+std::vector<double> swept_rates(const fs::path& out, const std::string& variant, const std::vector<double>& grid) {
+  std::set<double> rates(grid.begin(), grid.end());
+  std::error_code ec;
+  if (fs::is_directory(out / "sweep" / variant, ec))
+    for (const auto& e : fs::directory_iterator(out / "sweep" / variant)) {
+      const std::string name = e.path().filename().string();
+      if (name.rfind("lr", 0) == 0)
+        if (const auto r = positive_rate(name.substr(2))) rates.insert(*r);
+    }
+  return {rates.begin(), rates.end()};
+}
+
+// One finished (or diverged) run at a rate, as the sweep's selection reads it.
+void read_rate_run(std::vector<ab::SweepRun>& runs, const fs::path& dir, const std::string& v, double g) {
+  if (fs::exists(dir / "DIVERGED")) runs.push_back({v, g, std::nullopt});
+  if (!fs::exists(dir / "summary.json")) return;
+  runs.push_back({v, g, ab::read_summary(dir / "summary.json").final_val_loss});
+}
+
+// The re-check of OUT/recheck.json as markdown, below the sweep's table.
+std::string recheck_markdown(const nlohmann::json& j, std::int64_t full_steps) {
+  std::ostringstream os;
+  os << "\nFull-horizon re-check: each variant's two best swept rates trained again for the study's " << full_steps
+     << " steps (first seed); the better final validation loss decides the rate of its full runs, and that run is "
+        "the first seed's run.\n\n| variant | rate: loss at full horizon | chosen lr |\n|---|---|---|\n";
+  for (const auto& [v, r] : j.items()) {
+    os << "| " << v << " | ";
+    if (r.contains("why_not")) {
+      os << "not re-checked: " << r.at("why_not").get<std::string>() << " | " << lr_name(r.at("chosen").get<double>()) << " |\n";
+      continue;
+    }
+    const auto rates = r.at("rates").get<std::vector<double>>();
+    for (std::size_t i = 0; i < rates.size(); ++i) {
+      const auto& l = r.at("losses").at(i);
+      char b[64];
+      std::snprintf(b, sizeof b, "%.4f", l.is_number() ? l.get<double>() : std::nan(""));
+      os << (i ? ", " : "") << lr_name(rates[i]) << ": " << (l.is_number() ? b : "diverged");
+    }
+    os << " | " << lr_name(r.at("chosen").get<double>()) << " |\n";
+  }
+  return os.str();
+}
+
 // The sweep's runs as they stand in OUT (summary.json of each), for selection and the report.
 std::vector<ab::SweepRun> read_sweep(const fs::path& out, const std::vector<std::string>& variants,
                                      const std::vector<double>& grid) {
   std::vector<ab::SweepRun> runs;
   for (const auto& v : variants)
-    for (double g : grid) {
-      const fs::path dir = sweep_dir(out, v, g);
-      if (fs::exists(dir / "DIVERGED")) runs.push_back({v, g, std::nullopt});
-      if (!fs::exists(dir / "summary.json")) continue;
-      runs.push_back({v, g, ab::read_summary(dir / "summary.json").final_val_loss});
-    }
+    for (double g : swept_rates(out, v, grid)) read_rate_run(runs, sweep_dir(out, v, g), v, g);
   return runs;
 }
 
@@ -289,6 +336,7 @@ void read_timing(const fs::path& out, ab::ReportInfo& info) {
     const nlohmann::json j = nlohmann::json::parse(f);
     info.step_s_method = j.at("method").get<std::string>();
     info.step_s = j.at("step_s").get<std::map<std::string, double>>();
+    if (j.contains("spread")) info.step_spread = j.at("spread").get<std::map<std::string, double>>();
   } catch (const nlohmann::json::exception& e) {
     throw normlab::Error(p.string() + ": " + e.what());
   }
@@ -318,6 +366,23 @@ std::vector<std::int64_t> parse_multiples(const std::string& s) {
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;
+}
+
+// "0.25,0.5,1": fractions of the study's steps, each in (0, 1]; the full runs
+// are the budget 1, so the smaller ones are returned, ascending.
+std::vector<double> parse_budgets(const std::string& s) {
+  std::set<double> out;
+  for (const auto& tok : split_list(s)) {
+    const std::optional<double> f = positive_rate(tok);
+    if (!f || *f > 1) throw UsageError("--budgets: \"" + tok + "\" is not a fraction of the study's steps in (0, 1]");
+    if (*f < 1) out.insert(*f);
+  }
+  if (out.empty()) throw UsageError("--budgets needs a fraction below 1 (e.g. --budgets 0.25,0.5,1)");
+  return {out.begin(), out.end()};
+}
+
+fs::path budget_dir(const fs::path& out, double fraction, const std::string& variant, std::int64_t seed) {
+  return out / ("budget" + lr_name(fraction)) / variant / ("seed" + std::to_string(seed));
 }
 
 std::string join_ints(const std::vector<std::int64_t>& xs) {
@@ -364,6 +429,13 @@ int run(int argc, char** argv) {
                  "--variants; e.g. another study's OUT/sweep.json)");
   app.add_option("--sweep-steps", o.sweep_steps, "steps of each sweep run (default: a quarter of the study's --steps)")
       ->check(CLI::PositiveNumber);
+  app.add_option("--grid-extensions", o.grid_extensions,
+                 "when a variant's best swept rate is the smallest or largest it tried, sweep one more rate x3 past "
+                 "it (/3 below), at most this many times per variant (0: the grid as given)")
+      ->capture_default_str()->check(CLI::Range(0, 10));
+  app.add_flag("!--no-full-horizon-check", o.full_horizon_check,
+               "skip re-running each variant's two best swept rates at the study's --steps (the sweep's runs are "
+               "shorter; a rate that wins early may lose at the full horizon)");
   app.add_option("--timing-rounds", o.timing_rounds,
                  "after the runs, time every variant's step in turn this many rounds (train-<variant> --time-steps) "
                  "for time to target; 0: use each run's wall clock instead")
@@ -377,6 +449,9 @@ int run(int argc, char** argv) {
   app.add_option("--extrapolate", o.extrapolate_s,
                  "after the runs, evaluate each run's final checkpoint at these multiples of its training context "
                  "(normlab-eval, e.g. 1,2,4,8): a table in results.md and loss_vs_context.png");
+  app.add_option("--budgets", o.budgets_s,
+                 "also train every variant and seed to these fractions of --steps (e.g. 0.25,0.5,1), each run with "
+                 "its own schedule: tokens to target from the loss-vs-budget curve, beside the crossing in one run");
   app.add_flag("--dry-run", o.dry_run,
                "print the commands that would run and let each trainer check its flags (--dry-run), train nothing");
   app.add_flag("--report-only", o.report_only,
@@ -396,6 +471,8 @@ int run(int argc, char** argv) {
     return rc == 0 ? 0 : 2;
   }
 
+  // Given on this command line (else a resumed study keeps what it recorded).
+  const bool extensions_given = app.count("--grid-extensions") > 0, check_given = app.count("--no-full-horizon-check") > 0;
   const fs::path out = o.out;
   std::vector<std::string> variants;
   std::vector<std::int64_t> seeds;
@@ -407,6 +484,8 @@ int run(int argc, char** argv) {
   std::vector<std::string> baselines;
   std::vector<std::int64_t> multiples;
   if (!o.extrapolate_s.empty()) multiples = parse_multiples(o.extrapolate_s);
+  std::vector<double> budgets;
+  if (!o.budgets_s.empty()) budgets = parse_budgets(o.budgets_s);
 
   ab::ReportInfo info;
   info.date = utc_now();
@@ -427,6 +506,8 @@ int run(int argc, char** argv) {
         baselines = record_field<std::vector<std::string>>(*record, out, "baselines");
       if (multiples.empty() && record->contains("extrapolate"))
         multiples = record_field<std::vector<std::int64_t>>(*record, out, "extrapolate");
+      if (budgets.empty() && record->contains("budgets"))
+        budgets = record_field<std::vector<double>>(*record, out, "budgets");
     } else {
       info.note = "OUT/ablation.json not found; variants and seeds were taken from the directories in OUT";
       info.command_line.clear();
@@ -453,6 +534,17 @@ int run(int argc, char** argv) {
       const auto runs = read_sweep(out, variants, grid);
       info.sweep_md = ab::sweep_markdown(variants, grid, runs, ab::choose_learning_rates(variants, runs),
                                          record_field<std::int64_t>(*record, out, "sweep_steps"), seeds.front());
+      if (fs::exists(out / "recheck.json")) {
+        std::int64_t full_steps = 300;
+        if (const auto v = pass_value(record_field<std::vector<std::string>>(*record, out, "pass_through"), "--steps"))
+          full_steps = std::stoll(*v);
+        std::ifstream in(out / "recheck.json");
+        try {
+          info.sweep_md += recheck_markdown(nlohmann::json::parse(in), full_steps);
+        } catch (const nlohmann::json::exception& e) {
+          throw normlab::Error((out / "recheck.json").string() + ": " + e.what());
+        }
+      }
     }
     read_timing(out, info);
   } else {
@@ -468,21 +560,19 @@ int run(int argc, char** argv) {
       }
     }
     std::vector<double> grid;
+    std::int64_t full_steps = 300;  // the trainers' default --steps
+    if (const auto v = pass_value(o.pass, "--steps")) {
+      try {
+        full_steps = std::stoll(*v);
+      } catch (const std::exception&) {
+        throw UsageError("pass-through --steps " + *v + " is not an integer");
+      }
+    }
     if (!o.lr_grid_s.empty()) {
       grid = parse_lr_grid(o.lr_grid_s);
       if (pass_value(o.pass, "--lr"))
         throw UsageError("--lr-grid chooses each variant's --lr: do not also pass --lr to the trainers");
-      if (o.sweep_steps == 0) {
-        std::int64_t steps = 300;  // the trainers' default
-        if (const auto v = pass_value(o.pass, "--steps")) {
-          try {
-            steps = std::stoll(*v);
-          } catch (const std::exception&) {
-            throw UsageError("pass-through --steps " + *v + " is not an integer");
-          }
-        }
-        o.sweep_steps = std::max<std::int64_t>(1, steps / 4);
-      }
+      if (o.sweep_steps == 0) o.sweep_steps = std::max<std::int64_t>(1, full_steps / 4);
     } else if (o.sweep_steps != 0) {
       throw UsageError("--sweep-steps needs --lr-grid");
     }
@@ -535,9 +625,27 @@ int run(int argc, char** argv) {
       const nlohmann::json now_steps = grid.empty() ? nlohmann::json() : nlohmann::json(o.sweep_steps);
       const nlohmann::json before_lrs = record->contains("lrs") ? record->at("lrs") : nlohmann::json();
       const nlohmann::json now_lrs = given_lr.empty() ? nlohmann::json() : nlohmann::json(given_lr);
+      const nlohmann::json before_budgets = record->contains("budgets") ? record->at("budgets") : nlohmann::json();
+      if (before_budgets != (budgets.empty() ? nlohmann::json() : nlohmann::json(budgets)))
+        throw UsageError(out.string() + " holds a study with other --budgets (" + before_budgets.dump() +
+                         "). Use another --out, or remove " + out.string());
       if (before_lrs != now_lrs)
         throw UsageError(out.string() + " holds a study with other --lrs (" + before_lrs.dump() + "; now " +
                          now_lrs.dump() + "). Use another --out, or remove " + out.string());
+      // A resumed study keeps how its sweep was extended and re-checked; one
+      // recorded before either existed resumes without them.
+      if (!grid.empty() && record->contains("lr_grid")) {
+        const bool legacy = !record->contains("grid_extensions");
+        if (!extensions_given)
+          o.grid_extensions = legacy ? 0 : record_field<std::int64_t>(*record, out, "grid_extensions");
+        if (!check_given) o.full_horizon_check = legacy ? false : record_field<bool>(*record, out, "full_horizon_check");
+      }
+      const auto same_setting = [&](const char* key, const nlohmann::json& now) {
+        return grid.empty() || !record->contains(key) || record->at(key) == now;
+      };
+      if (!same_setting("grid_extensions", o.grid_extensions) || !same_setting("full_horizon_check", o.full_horizon_check))
+        throw UsageError(out.string() + " holds a study whose sweep was extended or re-checked otherwise (--grid-extensions, "
+                         "--no-full-horizon-check). Use another --out, or remove " + out.string());
       if (before_grid != now_grid || before_steps != now_steps)
         throw UsageError(out.string() + " holds a study with another learning-rate sweep (--lr-grid " +
                          before_grid.dump() + ", --sweep-steps " + before_steps.dump() + "; now " + now_grid.dump() +
@@ -552,15 +660,18 @@ int run(int argc, char** argv) {
       if (!grid.empty()) {
         rec["lr_grid"] = grid;
         rec["sweep_steps"] = o.sweep_steps;
+        rec["grid_extensions"] = o.grid_extensions;
+        rec["full_horizon_check"] = o.full_horizon_check;
       }
       if (!given_lr.empty()) rec["lrs"] = given_lr;
       if (!baselines.empty()) rec["baselines"] = baselines;
       if (!multiples.empty()) rec["extrapolate"] = multiples;
+      if (!budgets.empty()) rec["budgets"] = budgets;
       write_file(out / "ablation.json", rec.dump(2) + "\n");
     }
     // One trainer run into `dir` (skipped when finished, resumed when interrupted);
     // `extra` comes after the pass-through flags, so it overrides them.
-    const std::size_t total = variants.size() * (seeds.size() + grid.size());
+    std::size_t total = variants.size() * (seeds.size() * (1 + budgets.size()) + grid.size());
     std::size_t k = 0;
     // A sweep run that stops on a non-finite loss (the trainer's exit 3) is a result
     // of the sweep ("diverged", marked by DIVERGED in its directory), not an error.
@@ -610,11 +721,28 @@ int run(int argc, char** argv) {
     // 1. The learning-rate sweep (first seed), and each variant's choice.
     std::map<std::string, double> chosen_lr = given_lr;
     if (!grid.empty()) {
-      for (const auto& v : variants)
-        for (double g : grid)
-          run_one(v, seeds.front(), sweep_dir(out, v, g),
-                  {"--steps", std::to_string(o.sweep_steps), "--lr", lr_name(g)},
-                  "lr " + lr_name(g) + " (sweep, " + std::to_string(o.sweep_steps) + " steps)", true);
+      auto sweep_run = [&](const std::string& v, double g) {
+        run_one(v, seeds.front(), sweep_dir(out, v, g), {"--steps", std::to_string(o.sweep_steps), "--lr", lr_name(g)},
+                "lr " + lr_name(g) + " (sweep, " + std::to_string(o.sweep_steps) + " steps)", true);
+      };
+      for (const auto& v : variants) {
+        for (double g : grid) sweep_run(v, g);
+        // Past an edge winner, one rate at a time, until the best is interior.
+        for (std::int64_t e = 0; !o.dry_run; ++e) {
+          const auto next = ab::next_grid_rate(v, read_sweep(out, {v}, grid));
+          if (!next) break;
+          const double g = *positive_rate(lr_name(*next));  // the rate as its directory and --lr spell it
+          if (e == o.grid_extensions) {
+            std::printf("[normlab-ablate] sweep: %s's best rate is still on the edge after %lld extension(s) "
+                        "(--grid-extensions): %g not tried\n", v.c_str(), (long long)e, g);
+            break;
+          }
+          std::printf("[normlab-ablate] sweep: %s's best rate is on the edge of the rates tried: extending to %g\n",
+                      v.c_str(), g);
+          ++total;
+          sweep_run(v, g);
+        }
+      }
       if (!o.dry_run) {
         const auto runs = read_sweep(out, variants, grid);
         const auto choices = ab::choose_learning_rates(variants, runs);
@@ -625,8 +753,56 @@ int run(int argc, char** argv) {
           std::printf("[normlab-ablate] sweep: %s trains at lr %g (final val loss %.4f after %lld steps)\n",
                       c.variant.c_str(), c.lr, c.final_val_loss, (long long)o.sweep_steps);
         }
-        write_file(out / "sweep.json", chosen.dump(2) + "\n");
         info.sweep_md = ab::sweep_markdown(variants, grid, runs, choices, o.sweep_steps, seeds.front());
+        // The best two rates again at the study's --steps (first seed): a rate
+        // that wins a short run may lose a long one. The better one is the
+        // variant's rate, and its run is the first seed's run (the same flags
+        // and seed: the trainer gives the same bits), copied, not repeated.
+        if (o.full_horizon_check && o.sweep_steps < full_steps) {
+          nlohmann::json recheck = nlohmann::json::object();
+          for (const auto& c : choices) {
+            const std::string& v = c.variant;
+            const std::vector<double> two = ab::best_two_rates(v, runs);
+            if (two.size() < 2) {
+              recheck[v] = {{"why_not", "only one swept rate converged"}, {"chosen", c.lr}};
+              continue;
+            }
+            std::vector<ab::SweepRun> full;
+            nlohmann::json losses = nlohmann::json::array();
+            for (double g : two) {
+              ++total;
+              run_one(v, seeds.front(), recheck_dir(out, v, g), {"--lr", lr_name(g)},
+                      "lr " + lr_name(g) + " (full-horizon re-check)", true);
+              const std::size_t before = full.size();
+              read_rate_run(full, recheck_dir(out, v, g), v, g);
+              const bool finite = full.size() > before && full.back().final_val_loss &&
+                                  std::isfinite(*full.back().final_val_loss);
+              losses.push_back(finite ? nlohmann::json(*full.back().final_val_loss) : nlohmann::json(nullptr));
+            }
+            const ab::SweepChoice pick = ab::choose_learning_rates({v}, full).front();
+            if (pick.lr != c.lr)
+              std::printf("[normlab-ablate] re-check: %s trains at lr %g, not the sweep's %g: better at %lld steps "
+                          "(%.4f)\n", v.c_str(), pick.lr, c.lr, (long long)full_steps, pick.final_val_loss);
+            chosen_lr[v] = pick.lr;
+            chosen[v] = pick.lr;
+            recheck[v] = {{"rates", two}, {"losses", losses}, {"chosen", pick.lr}};
+            const fs::path first = run_dir(out, v, seeds.front());
+            if (!fs::exists(first / "summary.json")) {
+              fs::remove_all(first);
+              fs::create_directories(first.parent_path());
+              fs::copy(recheck_dir(out, v, pick.lr), first, fs::copy_options::recursive);
+            }
+          }
+          write_file(out / "recheck.json", recheck.dump(2) + "\n");
+          info.sweep_md += recheck_markdown(recheck, full_steps);
+        } else {
+          info.sweep_md += o.full_horizon_check
+                               ? "\nNo full-horizon re-check: the sweep ran at the study's full length.\n"
+                               : "\nNo full-horizon re-check (--no-full-horizon-check): the rates were chosen on " +
+                                     std::to_string(o.sweep_steps) + "-step runs of a " + std::to_string(full_steps) +
+                                     "-step study.\n";
+        }
+        write_file(out / "sweep.json", chosen.dump(2) + "\n");
       }
     }
     // 2. The full runs, every seed, at the chosen rates.
@@ -634,6 +810,17 @@ int run(int argc, char** argv) {
       std::vector<std::string> extra;
       if (chosen_lr.count(v)) extra = {"--lr", lr_name(chosen_lr.at(v))};
       for (const auto s : seeds) run_one(v, s, run_dir(out, v, s), extra, "seed " + std::to_string(s));
+    }
+    // 2b. Smaller budgets as runs of their own (each its own schedule), shortest first.
+    for (const double f : budgets) {
+      const std::int64_t steps = std::max<std::int64_t>(1, std::llround(f * double(full_steps)));
+      for (const auto& v : variants) {
+        std::vector<std::string> extra{"--steps", std::to_string(steps)};
+        if (chosen_lr.count(v)) extra.insert(extra.end(), {"--lr", lr_name(chosen_lr.at(v))});
+        for (const auto s : seeds)
+          run_one(v, s, budget_dir(out, f, v, s), extra,
+                  "seed " + std::to_string(s) + " (budget " + lr_name(f) + ": " + std::to_string(steps) + " steps)");
+      }
     }
     // 3. Step times measured interleaved: each round times every variant in turn.
     if (!o.dry_run && o.timing_rounds > 0) {
@@ -656,8 +843,12 @@ int run(int argc, char** argv) {
             throw normlab::Error(f.string() + ": " + e.what());
           }
         }
-      nlohmann::json step_s = nlohmann::json::object();
+      nlohmann::json step_s = nlohmann::json::object(), spread = nlohmann::json::object();
       for (auto& [v, ts] : times) {
+        spread[v] = ab::round_spread(ts);
+        if (ab::round_spread(ts) > ab::kNoisyTimingSpread)
+          std::printf("[normlab-ablate] timing: %s's rounds disagree by %.0f%% (over 10%%): the machine is not quiet\n",
+                      v.c_str(), 100 * ab::round_spread(ts));
         std::sort(ts.begin(), ts.end());
         const std::size_t n = ts.size();
         step_s[v] = n % 2 ? ts[n / 2] : 0.5 * (ts[n / 2 - 1] + ts[n / 2]);
@@ -666,7 +857,8 @@ int run(int argc, char** argv) {
                                  std::to_string(o.timing_steps) +
                                  " steps after 2 warm-up steps at the study's flags (train-<variant> --time-steps); "
                                  "median over rounds of each round's median step";
-      write_file(out / "timing.json", nlohmann::json{{"method", method}, {"step_s", step_s}}.dump(2) + "\n");
+      write_file(out / "timing.json",
+                 nlohmann::json{{"method", method}, {"step_s", step_s}, {"spread", spread}}.dump(2) + "\n");
       std::printf("[normlab-ablate] step times measured interleaved (%s)\n", method.c_str());
     }
     // 4. Each run's final checkpoint past its training context (skipped when done).
@@ -706,6 +898,15 @@ int run(int argc, char** argv) {
   }
   info.seeds = seeds;
   info.baselines = baselines;
+  for (const double f : budgets) {
+    std::vector<ab::VariantRuns> at;
+    for (const auto& v : variants) {
+      ab::VariantRuns vr{v, {}};
+      for (const auto s : seeds) vr.runs.push_back(ab::load_run(budget_dir(out, f, v, s), v, s));
+      at.push_back(std::move(vr));
+    }
+    info.budget_runs.emplace_back(f, std::move(at));
+  }
   std::vector<ab::ContextEval> contexts;
   if (!multiples.empty()) {
     for (const auto& v : variants)

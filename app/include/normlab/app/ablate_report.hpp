@@ -21,6 +21,7 @@
 
 #include "normlab/core/error.hpp"
 #include "normlab/app/ablate_runs.hpp"
+#include "normlab/app/ablate_sweep.hpp"
 
 namespace normlab::ablate {
 
@@ -41,12 +42,16 @@ struct ReportInfo {
   // Interleaved step times (seconds per step, per variant) and how they were
   // measured; empty: time to target is each run's wall clock.
   std::map<std::string, double> step_s;
+  std::map<std::string, double> step_spread;  // round_spread of each variant's timing rounds
   std::string step_s_method;
   std::string sweep_md;      // the learning-rate sweep's table (sweep_markdown), if the study ran one
   // Baselines: the first is the reference of the main table; each further one gets
   // a table of tokens/time to its own final loss. Empty: "gpt" if present, else the first.
   std::vector<std::string> baselines;
   std::string context_md;    // the evaluation past the training context (context_markdown), if run
+  // Budgets as separate runs (--budgets): each smaller fraction of the study's
+  // steps with its runs; the full runs are the main table's.
+  std::vector<std::pair<double, std::vector<VariantRuns>>> budget_runs;
 };
 
 // What a baseline is, for the report's header line.
@@ -77,6 +82,72 @@ inline std::string speedup_cell(const std::optional<double>& s, const ReachStats
   if (s) return fmt("%.2f", *s);
   if (r.n > 0 && !r.all_reached()) return "n/a (target not reached)";
   return "n/a";
+}
+
+// Budgets as separate runs: each variant's final loss at every budget, and its
+// tokens to the main target read off that loss-vs-budget curve (per seed,
+// interpolated in log tokens), beside the crossing method of the full runs.
+inline std::string budgets_markdown(const std::vector<VariantRuns>& full,
+                                    const std::vector<std::pair<double, std::vector<VariantRuns>>>& smaller,
+                                    const Analysis& a) {
+  std::vector<double> fractions;
+  for (const auto& [f, runs] : smaller) fractions.push_back(f);
+  fractions.push_back(1.0);
+  auto runs_at = [&](std::size_t b, const std::string& v, std::int64_t seed) -> const Run* {
+    const std::vector<VariantRuns>& set = b + 1 == fractions.size() ? full : smaller[b].second;
+    for (const auto& vr : set)
+      if (vr.variant == v)
+        for (const auto& r : vr.runs)
+          if (r.seed == seed) return &r;
+    return nullptr;
+  };
+  std::ostringstream os;
+  os << "## Budgets as separate runs\n\nEvery variant and seed trained again to ";
+  for (std::size_t b = 0; b + 1 < fractions.size(); ++b) os << (b ? ", " : "") << fmt("%g", fractions[b]);
+  os << " of the study's steps, each run with its own schedule (warmup, then the decay over its own length), the "
+        "full runs being the budget 1. Tokens to target (the baseline's mean final val loss, "
+     << fmt("%.4f", a.target_loss)
+     << ") from the loss-vs-budget curve (the seeds' mean final loss at each budget), interpolated in log "
+        "tokens between the two budgets around it (\"≤\" where the smallest budget already reaches it); beside it, the main table's reading of the crossing "
+        "inside one full run, which favours whichever run's loss falls faster early.\n\n| variant |";
+  for (double f : fractions) os << " final val loss at " << fmt("%g", f) << " |";
+  os << " tokens to target (budgets) | speedup (budgets) | tokens to target (crossing) | speedup (crossing) |\n|---|";
+  for (std::size_t i = 0; i < fractions.size() + 4; ++i) os << "---|";
+  os << "\n";
+  // Each variant's curve: its seeds' mean final loss at each budget, against tokens.
+  std::map<std::string, BudgetReach> reach;
+  std::map<std::string, std::vector<Stats>> losses;
+  for (const auto& vr : full) {
+    std::vector<double> tokens, means;
+    for (std::size_t b = 0; b < fractions.size(); ++b) {
+      std::vector<double> ls, ts;
+      for (const auto& r0 : vr.runs)
+        if (const Run* r = runs_at(b, vr.variant, r0.seed)) {
+          ls.push_back(r->final_val_loss());
+          ts.push_back(r->summary.tokens);
+        }
+      losses[vr.variant].push_back(mean_sd(ls));
+      if (ls.empty()) continue;
+      tokens.push_back(mean_sd(ts).mean);
+      means.push_back(mean_sd(ls).mean);
+    }
+    reach[vr.variant] = budget_tokens_to_reach(tokens, means, a.target_loss);
+  }
+  const BudgetReach& base = reach[a.baseline];
+  for (const auto& vr : full) {
+    os << "| " << md_cell(vr.variant) << (vr.variant == a.baseline ? " (baseline)" : "") << " |";
+    for (const Stats& st : losses[vr.variant]) os << " " << pm(st, "%.4f") << " |";
+    const BudgetReach& r = reach[vr.variant];
+    const std::string cell = !r.tokens ? std::string("not reached") : (r.bound ? "≤ " : "") + fmt("%.0f", *r.tokens);
+    std::string sp = "n/a";
+    if (r.tokens && base.tokens && !base.bound) sp = (r.bound ? "≥ " : "") + fmt("%.2f", *base.tokens / *r.tokens);
+    const VariantRow* row = nullptr;
+    for (const auto& x : a.rows)
+      if (x.variant == vr.variant) row = &x;
+    os << " " << cell << " | " << sp << " | " << (row ? reach_cell(row->tokens_to_target, "%.0f") : std::string("n/a"))
+       << " | " << (row ? speedup_cell(row->speedup_tokens, row->tokens_to_target) : std::string("n/a")) << " |\n";
+  }
+  return os.str();
 }
 
 inline void fill_info(ReportInfo& info, const std::vector<VariantRuns>& variants) {
@@ -153,7 +224,20 @@ inline std::string results_markdown(const std::vector<VariantRuns>& variants, Re
       }
     os << " per step; evaluation excluded. Not the runs' wall clock, which ran at different moments. The step time "
           "column is each run's own mean.\n";
+    std::string noisy;
+    for (const auto& [v, s] : info.step_spread)
+      if (s > kNoisyTimingSpread) noisy += (noisy.empty() ? "" : ", ") + detail::md_cell(v) + " " + detail::fmt("%.0f", 100 * s) + "%";
+    if (!info.step_spread.empty())
+      os << "- Timing rounds' spread ((slowest − fastest) / median): "
+         << (noisy.empty() ? "within 10% for every variant.\n"
+                           : "**over 10% for " + noisy + "**: the machine was not quiet, and those variants' time to "
+                             "target (marked *noisy*) may be noise; the same command rerun on a quiet machine times "
+                             "them again (finished runs are skipped).\n");
   }
+  const auto noisy_mark = [&](const std::string& v) {
+    const auto it = info.step_spread.find(v);
+    return it != info.step_spread.end() && it->second > kNoisyTimingSpread ? std::string(" *noisy*") : std::string();
+  };
   // Each variant's learning rate(s), as its runs' summaries record them.
   {
     std::string lrs;
@@ -211,8 +295,8 @@ inline std::string results_markdown(const std::vector<VariantRuns>& variants, Re
     os << "| " << name << " | " << r.n << " | " << detail::pm(r.final_val_loss, "%.4f") << " | "
        << (target ? detail::reach_cell(r.tokens_to_target, "%.0f") : none) << " | "
        << (target ? detail::speedup_cell(r.speedup_tokens, r.tokens_to_target) : none) << " | "
-       << (target ? detail::reach_cell(r.seconds_to_target, secs_fmt) : none) << " | "
-       << (target ? detail::speedup_cell(r.speedup_time, r.seconds_to_target) : none) << " | "
+       << (target ? detail::reach_cell(r.seconds_to_target, secs_fmt) + noisy_mark(r.variant) : none) << " | "
+       << (target ? detail::speedup_cell(r.speedup_time, r.seconds_to_target) + noisy_mark(r.variant) : none) << " | "
        << detail::pm(r.step_time_ms, "%.1f") << " | " << detail::pm(r.tokens_per_s, "%.0f") << " |\n";
   }
   if (!std::isfinite(a.target_loss)) {
@@ -240,8 +324,9 @@ inline std::string results_markdown(const std::vector<VariantRuns>& variants, Re
       if (r.variant == b.baseline) name += " (baseline)";
       os << "| " << name << " | " << (target ? detail::reach_cell(r.tokens_to_target, "%.0f") : none) << " | "
          << (target ? detail::speedup_cell(r.speedup_tokens, r.tokens_to_target) : none) << " | "
-         << (target ? detail::reach_cell(r.seconds_to_target, secs_fmt) : none) << " | "
-         << (target ? detail::speedup_cell(r.speedup_time, r.seconds_to_target) : none) << " |\n";
+         << (target ? detail::reach_cell(r.seconds_to_target, secs_fmt) + noisy_mark(r.variant) : none) << " | "
+         << (target ? detail::speedup_cell(r.speedup_time, r.seconds_to_target) + noisy_mark(r.variant) : none)
+         << " |\n";
     }
   }
   if (!info.context_md.empty()) os << "\n" << info.context_md;
@@ -262,6 +347,7 @@ inline std::string results_markdown(const std::vector<VariantRuns>& variants, Re
        << " | " << (target && r.tokens_to_target.reached > 0 ? detail::pm(r.tokens_to_target.stats, "%.0f") : "n/a")
        << " | " << (target ? interval(r.tokens_to_target.stats, "%.0f") : "n/a") << " |\n";
   }
+  if (!info.budget_runs.empty()) os << "\n" << detail::budgets_markdown(variants, info.budget_runs, a);
   if (!info.sweep_md.empty()) os << "\n## Learning-rate sweep\n\n" << info.sweep_md;
   return os.str();
 }
