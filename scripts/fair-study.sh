@@ -12,6 +12,14 @@
 #   bash scripts/fair-study.sh precision   # gpt, gpt_qknorm, ngpt, angpt in bf16 beside fp32: 3 seeds, main's lrs
 #                                          #   (fp32 runs shared from main and others; gpt_qknorm's seeds 2, 3 added)
 #   bash scripts/fair-study.sh conditioning  # normlab-diagnose --compare on main's checkpoints (seed 1)
+#   bash scripts/fair-study.sh main-v2     # GPT+ (gpt_qknorm) as the baseline, plain GPT beside it; gpt_alpha,
+#                                          #   ngpt, angpt: 5 seeds; grid 1e-3..3e-2 extended past an edge winner,
+#                                          #   its best two rates re-checked at the full 1500 steps
+#   bash scripts/fair-study.sh budgets     # gpt_qknorm, ngpt, angpt at 0.25, 0.5, 1 of the steps as separate runs, 3 seeds
+#   bash scripts/fair-study.sh cross       # one change at a time, 3 seeds each: gpt without warmup and decay, ngpt
+#                                          #   with GPT's, ngpt with alpha0 = 1/L, angpt's factors x0.5 and x2
+#   bash scripts/fair-study.sh bpe         # main-v2's variants on BPE-4096 tokens of the same text (3 seeds), and
+#                                          #   gpt_qknorm vs ngpt at d = 256, 8 layers, T = 512 tokens (1 seed)
 #   bash scripts/fair-study.sh timing      # re-time every piece's variants interleaved (nothing else may run)
 #   bash scripts/fair-study.sh archive     # every finished run's record (no checkpoints) into studies/fair/:
 #                                          #   reports, JSON and plots as files, each piece's runs in runs.tar.xz
@@ -21,12 +29,12 @@
 # TIMING_ROUNDS=0 skips the interleaved timing in a piece (time it later with `timing`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PIECE=${1:?"usage: bash scripts/fair-study.sh main|others|context|precision|conditioning|timing|archive|restore"}
+PIECE=${1:?"usage: bash scripts/fair-study.sh main|others|context|precision|conditioning|main-v2|budgets|cross|bpe|timing|archive|restore"}
 ROOT=runs/fair
 ARCHIVE=studies/fair
 # What a study keeps of a run for its report and a resumed study: the records, not the checkpoints.
 keep() { find "$1" \( -name summary.json -o -name metrics.jsonl -o -name args.txt -o -name step_time.json \
-  -o -name ablation.json -o -name sweep.json -o -name timing.json -o -name 'results*.md' -o -name '*.png' \
+  -o -name ablation.json -o -name sweep.json -o -name recheck.json -o -name timing.json -o -name 'results*.md' -o -name '*.png' \
   -o -name 'conditioning*.md' -o -name precision.md -o -name DIVERGED \) -type f; }
 case $PIECE in
   archive)
@@ -63,13 +71,14 @@ STEPS=${STEPS:-1500}
 ROUNDS=${TIMING_ROUNDS:-3}
 bash scripts/bootstrap.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build build -j 2 --target normlab-ablate normlab-diagnose \
+cmake --build build -j 2 --target normlab-ablate normlab-diagnose normlab-tokenize \
   train-gpt train-gpt_qknorm train-gpt_alpha train-ngpt train-ngpt_slerp train-ngpt_noqknorm train-ngpt_scalar \
   train-ngpt_fixedscales train-angpt train-angpt_attnfactor >/dev/null
 bash scripts/fetch-corpus.sh data >/dev/null
 mkdir -p "$ROOT"
 # The trainers' flags at context length T (batch = 2048 / T sequences).
-flags() { echo --data brown --data-dir "$PWD/data" --seq "$1" --batch $((2048 / $1)) --d 128 --layers 4 --heads 4 \
+# DATA: another corpus (a token directory: the bpe piece).
+flags() { echo --data "${DATA:-brown}" --data-dir "$PWD/data" --seq "$1" --batch $((2048 / $1)) --d 128 --layers 4 --heads 4 \
   --steps "$STEPS" --eval-every 100 --eval-batches 8 --ckpt-every 250 --quiet; }
 ablate() { ./build/normlab-ablate --timing-rounds "${TIMING_ROUNDS:-$ROUNDS}" "$@"; }
 # A study dir reuses another's finished runs (the shared baseline) through symlinks.
@@ -126,6 +135,40 @@ case $PIECE in
     ./build/normlab-diagnose --post-hoc-normalize --compare "$d/gpt/seed1/ckpt.safetensors" \
       "$d/ngpt/seed1/ckpt.safetensors" > "$ROOT/conditioning_posthoc.md"
     cat "$ROOT/conditioning.md" "$ROOT/conditioning_posthoc.md" ;;
+  main-v2)
+    # shellcheck disable=SC2046
+    ablate --variants gpt_qknorm,gpt,gpt_alpha,ngpt,angpt --seeds 1,2,3,4,5 --lr-grid "${GRID_V2:-1e-3,3e-3,1e-2,3e-2}" \
+      --sweep-steps "$SWEEP_STEPS" --baselines gpt_qknorm,gpt --out "$ROOT/main-v2" -- $(flags 256) ;;
+  budgets)
+    [ -f "$ROOT/main-v2/sweep.json" ] || { echo "fair-study: run 'main-v2' first (its learning rates are used)" >&2; exit 2; }
+    # shellcheck disable=SC2046
+    ablate --variants gpt_qknorm,ngpt,angpt --seeds 1,2,3 --lrs "$(lrs_of "$ROOT/main-v2" gpt_qknorm,ngpt,angpt)" \
+      --budgets 0.25,0.5,1 --baselines gpt_qknorm --out "$ROOT/budgets" -- $(flags 256) ;;
+  cross)
+    [ -f "$ROOT/main-v2/sweep.json" ] || { echo "fair-study: run 'main-v2' first (its learning rates are used)" >&2; exit 2; }
+    # One change per arm, at the variant's main-v2 rate; compare each with its main-v2 runs.
+    arm() {  # name variant trainer-flags...
+      local name=$1 v=$2; shift 2
+      # shellcheck disable=SC2046
+      ablate --variants "$v" --seeds 1,2,3 --lrs "$(lrs_of "$ROOT/main-v2" "$v")" --out "$ROOT/cross/$name" \
+        -- $(flags 256) "$@"
+    }
+    arm gpt-no-warmup-no-decay gpt --warmup 0 --weight-decay 0
+    arm ngpt-gpt-warmup-decay ngpt --warmup 150 --weight-decay 0.1
+    arm ngpt-alpha0-1overL ngpt --alpha-init 0.25
+    for m in 0.5 2; do
+      arm "angpt-attn-x$m" angpt --angpt-attn-factor "$m"
+      arm "angpt-mlp-x$m" angpt --angpt-mlp-factor "$m"
+    done ;;
+  bpe)
+    [ -f data/brown-bpe4096/train.bin ] || ./build/normlab-tokenize --input data/brown.txt --vocab 4096 --out data/brown-bpe4096
+    # shellcheck disable=SC2046
+    DATA=$PWD/data/brown-bpe4096 ablate --variants gpt_qknorm,gpt,gpt_alpha,ngpt,angpt --seeds 1,2,3 \
+      --lr-grid "${GRID_V2:-1e-3,3e-3,1e-2,3e-2}" --sweep-steps "$SWEEP_STEPS" --baselines gpt_qknorm,gpt \
+      --out "$ROOT/bpe" -- $(DATA=$PWD/data/brown-bpe4096 flags 256)
+    # shellcheck disable=SC2046
+    ablate --variants gpt_qknorm,ngpt --seeds 1 --lrs "$(lrs_of "$ROOT/bpe" gpt_qknorm,ngpt)" --baselines gpt_qknorm \
+      --out "$ROOT/bpe-large" -- $(DATA=$PWD/data/brown-bpe4096 flags 512) --d 256 --layers 8 --batch 4 ;;
   timing)
     # Every run finished: each rerun only times (interleaved) and re-makes the report.
     for p in main others ctx64 ctx1024; do
@@ -141,5 +184,5 @@ PY
       eval "ablate --out $ROOT/$p $(cat "$ROOT/$p/.rerun" | sed 's/ -- / -- /')" > /dev/null
       echo "fair-study: timed $p"
     done ;;
-  *) echo "fair-study: unknown piece '$PIECE' (main, others, context, precision, conditioning, timing, archive, restore)" >&2; exit 2 ;;
+  *) echo "fair-study: unknown piece '$PIECE' (main, others, context, precision, conditioning, main-v2, budgets, cross, bpe, timing, archive, restore)" >&2; exit 2 ;;
 esac
