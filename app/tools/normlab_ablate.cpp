@@ -845,10 +845,11 @@ int run(int argc, char** argv) {
         }
       nlohmann::json step_s = nlohmann::json::object(), spread = nlohmann::json::object();
       for (auto& [v, ts] : times) {
-        spread[v] = ab::round_spread(ts);
-        if (ab::round_spread(ts) > ab::kNoisyTimingSpread)
+        const double sp = ab::round_spread(ts);
+        spread[v] = sp;
+        if (sp > ab::kNoisyTimingSpread)
           std::printf("[normlab-ablate] timing: %s's rounds disagree by %.0f%% (over 10%%): the machine is not quiet\n",
-                      v.c_str(), 100 * ab::round_spread(ts));
+                      v.c_str(), 100 * sp);
         std::sort(ts.begin(), ts.end());
         const std::size_t n = ts.size();
         step_s[v] = n % 2 ? ts[n / 2] : 0.5 * (ts[n / 2 - 1] + ts[n / 2]);
