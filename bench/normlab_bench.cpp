@@ -8,6 +8,7 @@
 //   BM_StepPair/<a>/<b>/.. two variants' steps alternated in one loop: their ratio
 //   BM_ThreadPair/<v>/..   one variant's one-thread and all-thread steps alternated
 //   BM_OptimizerPair/<v>/adamw/muon/..  one variant's AdamW and Muon steps alternated
+//                          (muon_fp32ns: its Newton–Schulz products in float32)
 //   BM_CeilingPair/<v>/..  one variant's step and OpenBLAS's SGEMM 1024³ alternated
 //   BM_<kernel>           per-kernel figures (GB/s or GFLOP/s)
 //
@@ -99,10 +100,11 @@ struct StepRig {
     mc.attn_window = c.window;
     return mc;
   }
-  static auto optimizer_config() {
+  static auto optimizer_config(Precision ns) {
     const double wd = keeps_unit_hidden<typename Model::scheme> ? 0.0 : 0.1;
     if constexpr (std::is_same_v<Opt, Muon<float>>) {
       MuonConfig mc;
+      mc.ns_precision = ns;
       mc.weight_decay = wd;
       mc.lr_ratio = 20.0;  // the reference's 0.02 over the step's 1e-3
       return mc;
@@ -114,8 +116,8 @@ struct StepRig {
   }
   // The weights are initialized before the optimizer is built over them (the comma
   // in opt's initializer), as BM_TrainStep did before StepRig.
-  explicit StepRig(StepConfig cfg)
-      : c(cfg), model(model_config(cfg), cfg.B, cfg.T), opt((model.init(1), model.params()), optimizer_config()) {
+  explicit StepRig(StepConfig cfg, Precision ns = Precision::bf16)
+      : c(cfg), model(model_config(cfg), cfg.B, cfg.T), opt((model.init(1), model.params()), optimizer_config(ns)) {
     idx.resize(std::size_t(c.B * c.T));
     tgt.resize(idx.size());
     std::mt19937_64 rng(2);
@@ -209,11 +211,12 @@ void BM_StepPair(benchmark::State& state, StepConfig c) {
 
 // One variant's step with AdamW (a) and with Muon (b), alternated in one loop as
 // BM_StepPair: b_over_a_paired is what Muon's Newton-Schulz (5 iterations, three
-// GEMMs each, on every hidden matrix) adds to a whole step.
-template <class Tag>
+// GEMMs each, on every hidden matrix) adds to a whole step; its products in
+// ns (bf16 operands, Muon's default, or fp32).
+template <class Tag, Precision ns>
 void BM_OptimizerPair(benchmark::State& state, StepConfig c) {
   StepRig<Tag> a(c);
-  StepRig<Tag, Muon<float>> b(c);
+  StepRig<Tag, Muon<float>> b(c, ns);
   benchmark::DoNotOptimize(a.step());
   benchmark::DoNotOptimize(b.step());
   std::vector<double> ta, tb;
@@ -653,8 +656,9 @@ int main(int argc, char** argv) {
   pair("BM_StepPair/gpt/ngpt/reference", BM_StepPair<variants::gpt, variants::ngpt>);
   pair("BM_StepPair/gpt/angpt/reference", BM_StepPair<variants::gpt, variants::angpt>);
   // Muon's whole step over AdamW's (the optimizers' speed bar: <= 1.15).
-  pair("BM_OptimizerPair/gpt/adamw/muon/reference", BM_OptimizerPair<variants::gpt>);
-  pair("BM_OptimizerPair/ngpt/adamw/muon/reference", BM_OptimizerPair<variants::ngpt>);
+  pair("BM_OptimizerPair/gpt/adamw/muon/reference", BM_OptimizerPair<variants::gpt, Precision::bf16>);
+  pair("BM_OptimizerPair/ngpt/adamw/muon/reference", BM_OptimizerPair<variants::ngpt, Precision::bf16>);
+  pair("BM_OptimizerPair/gpt/adamw/muon_fp32ns/reference", BM_OptimizerPair<variants::gpt, Precision::fp32>);
   int n = static_cast<int>(args.size());
   benchmark::Initialize(&n, args.data());
   if (benchmark::ReportUnrecognizedArguments(n, args.data())) return 1;

@@ -3,6 +3,8 @@
 // tolerances derived from bf16's 8-bit significand.
 #include <catch2/catch.hpp>
 
+#include <Eigen/Dense>
+
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -17,6 +19,8 @@
 #include "normlab/backend/cpu/gemm.hpp"
 #include "normlab/backend/cpu/ops.hpp"
 #include "normlab/core/precision.hpp"
+#include "normlab/backend/cpu/backend.hpp"
+#include "normlab/optim/muon.hpp"
 
 using namespace normlab;
 
@@ -204,6 +208,88 @@ TEST_CASE("bf16: fp32 stays the float32 engine, and bf16 differs from it", "[bf1
   // 0.1 and 0.3 are not bf16 values: the two engines must give different sums.
   CHECK(C32[N] != C16[N]);
   CHECK(std::abs(double(C32[N]) - 64 * 0.1 * 0.3) < 1e-5);
+}
+
+// Muon's symmetric products on the bf16 engine: the same bits as the full product.
+TEST_CASE("bf16: gram has the full product's bits on the bf16 engine", "[bf16]") {
+  skip_without_bf16();
+  PrecisionScope bf16(Precision::bf16);
+  for (const bool transposed : {false, true}) {
+    const std::int64_t n = 200, k = 400;
+    std::mt19937_64 rng(11);
+    std::normal_distribution<float> g(0.0f, 1.0f);
+    std::vector<float> X(std::size_t(n * k)), half(std::size_t(n * n)), full(half.size());
+    for (float& x : X) x = g(rng);
+    cpu::gram(half.data(), X.data(), n, k, transposed, 2.0f);
+    if (transposed)
+      cpu::gemm<float, Eigen::ColMajor, Eigen::RowMajor>(n, n, k, X.data(), n, X.data(), n, full.data(), n, false, 2.0f);
+    else
+      cpu::gemm<float, Eigen::RowMajor, Eigen::ColMajor>(n, n, k, X.data(), k, X.data(), k, full.data(), n, false, 2.0f);
+    CHECK(std::memcmp(half.data(), full.data(), half.size() * sizeof(float)) == 0);
+  }
+}
+
+// Muon's Newton–Schulz with bf16 operands (its default, the reference's precision),
+// at the shapes of the reference model's hidden matrices. Not compared element by
+// element with the float64 oracle: the iteration amplifies a perturbation ~10× a
+// step (float32 against its oracle on a Gaussian 256×256: 4e-7, 9e-6, 8e-4, 8e-3,
+// 1.5e-2 over steps 1–5), and float32 and float64 values round to different bf16
+// neighbours now and then (one such operand moves XXᵀ by ~2e-5 normwise), so
+// after five steps the two differ as much as bf16 and exact arithmetic do (each
+// product against the oracle: the GEMM tests above). What is checked is the
+// iteration's contract: every singular value in the band of exact arithmetic
+// [0.68, 1.21] (tests/test_optim.cpp), widened by 2⁻⁵ for bf16 (eight of its
+// units); the result within 2⁻⁴ of exact arithmetic's (measured ~2e-2), and not
+// float32's (the rounding is really there: > 1e-4).
+TEST_CASE("bf16: Muon's Newton-Schulz on the bf16 engine keeps the iteration's band", "[bf16]") {
+  skip_without_bf16();
+  using Mat = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  struct Shape {
+    std::int64_t r, c;
+  };
+  for (const Shape sh : {Shape{256, 256}, Shape{256, 1024}, Shape{768, 256}}) {
+    const std::int64_t n = sh.r * sh.c, k = std::min(sh.r, sh.c);
+    // Q₁ diag(σ) Q₂ᵀ with σ over [0.25, 1]: normalized, every σ ≥ 0.02 (the band's premise).
+    std::mt19937_64 rng(std::uint64_t(sh.r + 3 * sh.c));
+    std::normal_distribution<double> nd;
+    auto orthogonal = [&](std::int64_t m) {
+      Mat a(m, m);
+      for (std::int64_t i = 0; i < m * m; ++i) a.data()[i] = nd(rng);
+      return Mat(Eigen::HouseholderQR<Mat>(a).householderQ());
+    };
+    Mat sigma = Mat::Zero(sh.r, sh.c);
+    for (std::int64_t i = 0; i < k; ++i) sigma(i, i) = 0.25 + 0.75 * double(i) / double(k - 1);
+    const Mat G = orthogonal(sh.r) * sigma * orthogonal(sh.c).transpose();
+    REQUIRE(Eigen::JacobiSVD<Mat>(G / G.norm()).singularValues().minCoeff() >= 0.02);
+    ParamStore<float> sf;
+    sf.add("w", {sh.r, sh.c}, ParamRole::matrix);
+    sf.finalize();
+    ParamStore<double> sd;
+    sd.add("w", {sh.r, sh.c}, ParamRole::matrix);
+    sd.finalize();
+    Muon<float> of(sf, MuonConfig{});
+    Muon<double> od(sd, MuonConfig{});
+    std::vector<float> x16(G.data(), G.data() + n), x32 = x16;
+    std::vector<double> xe(x16.begin(), x16.end());
+    od.orthogonalize(xe.data(), sh.r, sh.c);  // exact: every product in float64
+    of.orthogonalize(x32.data(), sh.r, sh.c);
+    {
+      PrecisionScope bf16(Precision::bf16);
+      of.orthogonalize(x16.data(), sh.r, sh.c);
+    }
+    Mat X(sh.r, sh.c);
+    for (std::int64_t i = 0; i < n; ++i) X.data()[i] = double(x16[std::size_t(i)]);
+    const Eigen::VectorXd sv = Eigen::JacobiSVD<Mat>(X).singularValues();
+    const double to_exact = rel_err(x16.data(), xe.data(), std::size_t(n));
+    std::vector<double> x32d(x32.begin(), x32.end());
+    const double to_fp32 = rel_err(x16.data(), x32d.data(), std::size_t(n));
+    INFO(sh.r << "x" << sh.c << ": singular values in [" << sv.minCoeff() << ", " << sv.maxCoeff()
+              << "], normwise to exact " << to_exact << ", to float32's " << to_fp32);
+    CHECK(sv.minCoeff() >= 0.68 - 0x1p-5);
+    CHECK(sv.maxCoeff() <= 1.21 + 0x1p-5);
+    CHECK(to_exact <= 0x1p-4);
+    CHECK(to_fp32 > 1e-4);
+  }
 }
 
 TEST_CASE("bf16: attention's products against float64 attention with bf16 operands", "[bf16]") {

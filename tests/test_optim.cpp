@@ -4,7 +4,11 @@
 #include <Eigen/Dense>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <map>
+#include <omp.h>
 #include <random>
+#include <vector>
 
 #include "normlab/normlab.hpp"
 
@@ -204,6 +208,114 @@ TEST_CASE("optim: Muon's Newton-Schulz leaves every singular value in the iterat
   }
 }
 
+// Muon's symmetric products: half computed, mirrored. The same dot products in the same
+// order as the full product's, so the same bits at alpha = 1 (compared as bits, both
+// orientations, one thread and the team, panels that divide n and one that does not,
+// and shapes where the full product runs). With another alpha and K past one 512-deep slab, a kernel's epilogue
+// may fuse alpha·sum + C in one tile and not in another: one rounding each, 2⁻²⁴ of
+// the magnitudes summed.
+TEST_CASE("optim: gram has the full product's bits and is exactly symmetric", "[optim]") {
+  struct Shape {
+    std::int64_t n, k;
+  };
+  const int team = cpu::max_threads();
+  for (const int threads : {1, team})
+  for (const Shape sh : {Shape{256, 1024}, Shape{200, 400}, Shape{128, 300}, Shape{256, 256}, Shape{130, 40}})
+    for (const bool transposed : {false, true}) {
+      omp_set_num_threads(threads);
+      std::mt19937_64 rng(std::uint64_t(sh.n * 7 + sh.k));
+      std::normal_distribution<float> g(0.0f, 1.0f);
+      std::vector<float> X(std::size_t(sh.n * sh.k)), half(std::size_t(sh.n * sh.n), -1.0f), full(half.size(), -2.0f);
+      for (float& x : X) x = g(rng);
+      auto both = [&](float alpha) {
+        cpu::gram(half.data(), X.data(), sh.n, sh.k, transposed, alpha);
+        if (transposed)
+          cpu::gemm<float, Eigen::ColMajor, Eigen::RowMajor>(sh.n, sh.n, sh.k, X.data(), sh.n, X.data(), sh.n,
+                                                             full.data(), sh.n, false, alpha);
+        else
+          cpu::gemm<float, Eigen::RowMajor, Eigen::ColMajor>(sh.n, sh.n, sh.k, X.data(), sh.k, X.data(), sh.k,
+                                                             full.data(), sh.n, false, alpha);
+      };
+      INFO("n " << sh.n << ", k " << sh.k << (transposed ? ", XtX" : ", XXt") << ", " << threads << " threads");
+      // The magnitudes the roundings scale with: 0.75·Σ|x_il·x_jl| (the Gram matrix of |X|).
+      std::vector<float> absX(X.size()), mag(half.size());
+      for (std::size_t i = 0; i < X.size(); ++i) absX[i] = std::abs(X[i]);
+      cpu::gram(mag.data(), absX.data(), sh.n, sh.k, transposed, 0.75f);
+      both(0.75f);
+      double worst = 0;
+      for (std::size_t i = 0; i < half.size(); ++i)
+        worst = std::max(worst, std::abs(double(half[i]) - double(full[i])) / (0x1p-23 * double(mag[i])));
+      CHECK(worst <= 1.0);
+      both(1.0f);
+      omp_set_num_threads(team);
+      CHECK(std::memcmp(half.data(), full.data(), half.size() * sizeof(float)) == 0);
+      std::int64_t asymmetric = 0;
+      for (std::int64_t i = 0; i < sh.n; ++i)
+        for (std::int64_t j = 0; j < i; ++j) asymmetric += half[std::size_t(i * sh.n + j)] != half[std::size_t(j * sh.n + i)];
+      CHECK(asymmetric == 0);
+    }
+}
+
+// --ns-precision decides the iteration's products whatever the run's --precision
+// (float64: bf16 rounds the operands, the oracle's arithmetic), and the run's
+// precision is back after the step.
+TEST_CASE("optim: Muon's iteration runs in ns_precision and puts the run's precision back", "[optim]") {
+  std::map<std::pair<Precision, Precision>, std::vector<double>> after;
+  for (const Precision run : {Precision::fp32, Precision::bf16})
+    for (const Precision ns : {Precision::fp32, Precision::bf16}) {
+      ParamStore<double> s = muon_store();
+      MuonConfig cfg;
+      cfg.ns_precision = ns;
+      Muon<double> opt(s, cfg);
+      for (std::size_t i = 0; i < s.size(); ++i) s.grads()[i] = std::sin(0.3 * double(i));
+      cpu_backend::set_precision(run);
+      opt.step(s, 0.01);
+      CHECK(cpu_backend::precision() == run);
+      cpu_backend::set_precision(Precision::fp32);
+      after[{run, ns}].assign(s.values().begin(), s.values().end());
+    }
+  using P = Precision;
+  CHECK(after[{P::fp32, P::fp32}] == after[{P::bf16, P::fp32}]);
+  CHECK(after[{P::fp32, P::bf16}] == after[{P::bf16, P::bf16}]);
+  CHECK(after[{P::fp32, P::fp32}] != after[{P::fp32, P::bf16}]);
+}
+
+// The hidden matrices go to the team's threads whole, each orthogonalized on one
+// thread with serial products; a lone matrix keeps the team for its products.
+// The float32 step's bits must not depend on either.
+TEST_CASE("optim: Muon's float32 step has the same bits on one thread and on the team", "[optim]") {
+  for (const bool several : {true, false})
+  for (const Precision ns : {Precision::fp32, Precision::bf16}) {
+    std::vector<std::vector<float>> after;
+    for (const int threads : {1, cpu::max_threads()}) {
+      ParamStore<float> s;
+      s.add("tall", {640, 128}, ParamRole::matrix);
+      if (several) {
+        s.add("square", {256, 256}, ParamRole::matrix);
+        s.add("wide", {128, 600}, ParamRole::matrix);
+        s.add("small", {48, 40}, ParamRole::matrix);
+      }
+      s.add("gain", {128}, ParamRole::gain);
+      s.finalize();
+      for (std::size_t i = 0; i < s.size(); ++i) s.values()[i] = float(std::cos(0.37 * double(i)));
+      MuonConfig cfg;
+      cfg.ns_precision = ns;
+      Muon<float> opt(s, cfg);
+      const int before = cpu::max_threads();
+      omp_set_num_threads(threads);
+      for (int t = 1; t <= 2; ++t) {
+        for (std::size_t i = 0; i < s.size(); ++i) s.grads()[i] = float(std::sin(0.011 * double(i) * t + t));
+        opt.step(s, 0.01);
+      }
+      omp_set_num_threads(before);
+      after.emplace_back(s.values().begin(), s.values().end());
+    }
+    INFO("ns_precision " << precision_name(ns) << ", " << cpu::max_threads() << " threads, "
+                         << (several ? "several matrices" : "one matrix"));
+    CHECK(std::memcmp(after[0].data(), after[1].data(), after[0].size() * sizeof(float)) == 0);
+  }
+}
+
 TEST_CASE("optim: Muon steps hidden matrices by orthogonalized momentum and the rest by AdamW", "[optim]") {
   for (const bool nesterov : {true, false}) {
     ParamStore<double> s = muon_store();
@@ -216,6 +328,7 @@ TEST_CASE("optim: Muon steps hidden matrices by orthogonalized momentum and the 
     cfg.beta1 = 0.85;
     cfg.beta2 = 0.9;
     cfg.eps = 1e-6;
+    cfg.ns_precision = Precision::fp32;  // exact products, as the reference below
     Muon<double> opt(s, cfg);
     const std::size_t n = s.size();
     std::vector<double> p(s.values().begin(), s.values().end()), m(n, 0.0), v(n, 0.0);

@@ -11,9 +11,14 @@
 //       (a, b, c) = (3.4445, −4.7750, 2.0315); a tall X (r > c) iterates on
 //       A = XᵀX, X ← aX + XB, which is the reference's transpose-iterate-transpose
 //   W ← W·(1 − lr·wd) − lr·√max(1, r/c)·X
-// The reference runs the iteration in bfloat16; here it runs in T (float32, or
-// float64 as the oracle), its products in bf16 when the run's are
-// (Precision::bf16: the backend's GEMMs). The quintic's coefficients do not converge to exactly
+// The reference runs the iteration in bfloat16. Here X, A and B are held in T
+// (float32, or float64 as the oracle) and the products run in ns_precision:
+// bf16 by default (operands rounded to bf16, float32 accumulation: the
+// reference's precision for the products, slightly better for the sums, on the
+// backend's bf16 engine; where the CPU has none they run in float32), or fp32;
+// whatever the run's own --precision. A float64 model under bf16 rounds the
+// operands likewise (the oracle). XXᵀ and A² are symmetric: the backend's gram
+// computes half of each where it has one. The quintic's coefficients do not converge to exactly
 // orthogonal: the singular values of X end in a band around 1 (about
 // [0.68, 1.13] after 5 steps; tests/test_optim.cpp checks it).
 //
@@ -26,11 +31,15 @@
 // code runs where the model runs.
 #include <algorithm>
 #include <cmath>
+#include <concepts>
 #include <cstdint>
+#include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "normlab/backend/concept.hpp"
+#include "normlab/core/precision.hpp"
 #include "normlab/optim/optimizer.hpp"
 
 namespace normlab {
@@ -39,6 +48,7 @@ struct MuonConfig {
   double momentum = 0.95;
   std::int64_t ns_steps = 5;
   bool nesterov = true;
+  Precision ns_precision = Precision::bf16;  // the iteration's products (the reference's bf16)
   double lr_ratio = 1.0;  // hidden matrices' rate ÷ the schedule's rate (--muon-lr / --lr)
   double weight_decay = 0.0;
   // AdamW for the rest.
@@ -74,17 +84,26 @@ class Muon : public OptimizerShard<T> {
     v_.assign(end - begin, T(0));
     this->set_eps(cfg.eps);
     this->group(ParamRole::matrix).weight_decay = cfg.weight_decay;
-    std::size_t widest = 0, square = 0;
-    for (const ParamSpec& s : store.specs())
-      if (this->owns(s) && muon_hidden_matrix(s)) {
-        const auto k = std::size_t(std::min(s.shape[0], s.shape[1]));
-        widest = std::max(widest, s.numel);
-        square = std::max(square, k * k);
-      }
-    x_.assign(widest, T(0));
-    y_.assign(widest, T(0));
-    a_.assign(square, T(0));
-    b_.assign(square, T(0));
+    // The hidden matrices, costliest iteration first (r·c·min(r, c)), so that
+    // the backend's workers, handing them out in this order, finish together.
+    for (std::size_t i = 0; i < store.specs().size(); ++i) {
+      const ParamSpec& s = store.specs()[i];
+      if (!this->owns(s) || !muon_hidden_matrix(s)) continue;
+      hidden_.push_back(i);
+      const auto k = std::size_t(std::min(s.shape[0], s.shape[1]));
+      widest_ = std::max(widest_, s.numel);
+      square_ = std::max(square_, k * k);
+    }
+    auto cost = [&](std::size_t i) {
+      const ParamSpec& s = store.specs()[i];
+      return double(s.numel) * double(std::min(s.shape[0], s.shape[1]));
+    };
+    std::stable_sort(hidden_.begin(), hidden_.end(), [&](std::size_t a, std::size_t b) { return cost(a) > cost(b); });
+    if constexpr (kTasks) workers_ = std::max(1, std::min<int>(Backend::task_workers(), int(hidden_.size())));
+    x_.assign(widest_ * std::size_t(workers_), T(0));
+    y_.assign(widest_ * std::size_t(workers_), T(0));
+    a_.assign(square_ * std::size_t(workers_), T(0));
+    b_.assign(square_ * std::size_t(workers_), T(0));
   }
   Muon(const ParamStore<T>& store, const OptimizerOptions& o, std::size_t begin, std::size_t end)
       : Muon(store, config_from(o), begin, end) {}
@@ -94,6 +113,7 @@ class Muon : public OptimizerShard<T> {
     c.momentum = o.momentum;
     c.ns_steps = o.ns_steps;
     c.nesterov = o.nesterov;
+    c.ns_precision = o.ns_precision;
     require_positive(o.muon_lr, "--muon-lr");
     require_positive(peak_lr, "--lr");
     c.lr_ratio = o.muon_lr / peak_lr;
@@ -109,6 +129,7 @@ class Muon : public OptimizerShard<T> {
     return {{"momentum", exact_string(cfg_.momentum)},
             {"ns_steps", std::to_string(cfg_.ns_steps)},
             {"nesterov", cfg_.nesterov ? "1" : "0"},
+            {"ns_precision", std::string(precision_name(cfg_.ns_precision))},
             {"lr_ratio", exact_string(cfg_.lr_ratio)},
             {"weight_decay", exact_string(cfg_.weight_decay)},
             {"beta1", exact_string(cfg_.beta1)},
@@ -123,59 +144,115 @@ class Muon : public OptimizerShard<T> {
     const double bc1 = 1.0 - std::pow(cfg_.beta1, t), bc2 = 1.0 - std::pow(cfg_.beta2, t);
     const std::size_t b0 = this->shard_begin();
     for (const ParamSpec& s : store.specs()) {
-      if (!this->owns(s)) continue;
+      if (!this->owns(s) || muon_hidden_matrix(s)) continue;
+      const GroupSettings& g = this->group(s.role);
+      const double glr = lr * g.lr_mult;
+      Backend::adamw_update(values + s.offset, m_.data() + (s.offset - b0), v_.data() + (s.offset - b0),
+                            grads + s.offset, static_cast<std::int64_t>(s.numel), 1.0 - glr * g.weight_decay,
+                            g.weight_decay != 0.0, glr / bc1, cfg_.beta1, cfg_.beta2, g.eps, std::sqrt(bc2));
+    }
+    // The hidden matrices are independent: the backend may run several at once
+    // (one worker each, its own scratch). Each matrix's arithmetic is the same
+    // on any worker, so the result does not depend on how they are spread.
+    const IterationPrecision products(cfg_.ns_precision);
+    auto one = [&](std::int64_t task, int worker) {
+      const ParamSpec& s = store.specs()[hidden_[std::size_t(task)]];
       const GroupSettings& g = this->group(s.role);
       T* p = values + s.offset;
-      T* m = m_.data() + (s.offset - b0);
+      T* X = x_.data() + std::size_t(worker) * widest_;
       const auto n = static_cast<std::int64_t>(s.numel);
-      if (!muon_hidden_matrix(s)) {
-        const double glr = lr * g.lr_mult;
-        Backend::adamw_update(p, m, v_.data() + (s.offset - b0), grads + s.offset, n, 1.0 - glr * g.weight_decay,
-                              g.weight_decay != 0.0, glr / bc1, cfg_.beta1, cfg_.beta2, g.eps, std::sqrt(bc2));
-        continue;
-      }
       const double glr = lr * g.lr_mult * cfg_.lr_ratio;
       const std::int64_t r = s.shape[0], c = s.shape[1];
-      Backend::muon_momentum(x_.data(), m, grads + s.offset, n, cfg_.momentum, cfg_.nesterov);
-      orthogonalize(x_.data(), r, c);
-      if (g.weight_decay != 0.0) Backend::scale(p, n, T(1.0 - glr * g.weight_decay));
+      Backend::muon_momentum(X, m_.data() + (s.offset - b0), grads + s.offset, n, cfg_.momentum, cfg_.nesterov);
+      const T* O = iterate(X, r, c, worker);
       const double shape_scale = std::sqrt(std::max(1.0, double(r) / double(c)));
-      Backend::scale(x_.data(), n, T(-glr * shape_scale));
-      Backend::add_into(p, x_.data(), n);
+      Backend::muon_apply(p, O, n, 1.0 - glr * g.weight_decay, -glr * shape_scale);
+    };
+    const auto tasks = static_cast<std::int64_t>(hidden_.size());
+    if constexpr (kTasks) {
+      Backend::run_tasks(tasks, workers_, one);
+    } else {
+      for (std::int64_t i = 0; i < tasks; ++i) one(i, 0);
     }
   }
 
   // X (r, c) ← its Newton–Schulz orthogonalization, in place (scratch of this optimizer).
+  // Each step X ← (aI + bA + cA²)X, the polynomial applied as one matrix: two
+  // symmetric products and one general one, X and the scratch Y swapping roles.
   void orthogonalize(T* X, std::int64_t r, std::int64_t c) {
-    const std::int64_t n = r * c, k = std::min(r, c);
-    const double norm = std::sqrt(Backend::sum_squares(X, n));
-    Backend::scale(X, n, T(1.0 / (norm + 1e-7)));
-    T* A = a_.data();
-    T* B = b_.data();
-    T* Y = y_.data();
-    const bool tall = r > c;
-    for (std::int64_t i = 0; i < cfg_.ns_steps; ++i) {
-      if (tall) {  // A = XᵀX (c, c): the weight gradient's product, which accumulates
-        Backend::fill(A, k * k, T(0));
-        Backend::linear_backward(static_cast<T*>(nullptr), A, X, X, static_cast<const T*>(nullptr), r, c, c, T(1));
-      } else {  // A = X Xᵀ (r, r)
-        Backend::linear_forward(A, X, X, r, c, r, false, T(1));
-      }
-      Backend::linear_forward(B, A, A, k, k, k, false, T(kC));  // c·A Aᵀ = c·A² (A is symmetric)
-      Backend::scale(A, k * k, T(kB));
-      Backend::add_into(B, A, k * k);  // B = bA + cA²
-      if (tall)  // Y = X Bᵀ = X B
-        Backend::linear_forward(Y, X, B, r, c, c, false, T(1));
-      else  // Y = B X: the input gradient's product, dX = dY W
-        Backend::linear_backward(Y, static_cast<T*>(nullptr), B, static_cast<const T*>(nullptr), X, r, c, r, T(1));
-      Backend::scale(X, n, T(kA));
-      Backend::add_into(X, Y, n);  // X = aX + (BX or XB)
-    }
+    const T* O = iterate(X, r, c, 0);
+    if (O != X) Backend::copy(X, O, r * c);
   }
 
  private:
+  // The iteration on X (overwritten), its result in X or in the worker's scratch:
+  // where it ends is returned. Every product at alpha = 1: a tile's bits then do
+  // not depend on how the product is split (cpu::gram), so neither does the
+  // result on the worker count.
+  const T* iterate(T* X, std::int64_t r, std::int64_t c, int worker) {
+    const std::int64_t n = r * c, k = std::min(r, c);
+    const double norm = std::sqrt(Backend::sum_squares(X, n));
+    Backend::scale(X, n, T(1.0 / (norm + 1e-7)));
+    T* A = a_.data() + std::size_t(worker) * square_;
+    T* B = b_.data() + std::size_t(worker) * square_;
+    T* cur = X;
+    T* next = y_.data() + std::size_t(worker) * widest_;
+    const bool tall = r > c;
+    for (std::int64_t i = 0; i < cfg_.ns_steps; ++i) {
+      gram(A, cur, k, std::max(r, c), tall, T(1));  // A = XᵀX (c, c) if tall, else X Xᵀ (r, r)
+      gram(B, A, k, k, false, T(1));                 // A Aᵀ = A² (A is symmetric)
+      Backend::muon_quintic(B, A, k, kA, kB, kC);    // B = aI + bA + cA²
+      if (tall)  // X B (Bᵀ = B)
+        Backend::linear_forward(next, cur, B, r, c, c, false, T(1));
+      else  // B X: the input gradient's product, dX = dY W
+        Backend::linear_backward(next, static_cast<T*>(nullptr), B, static_cast<const T*>(nullptr), cur, r, c, r,
+                                 T(1));
+      std::swap(cur, next);
+    }
+    return cur;
+  }
+
+  static constexpr bool kTasks = requires(std::int64_t n, int w, void (*fn)(std::int64_t, int)) {
+    { Backend::task_workers() } -> std::convertible_to<int>;
+    Backend::run_tasks(n, w, fn);
+  };
+  static constexpr bool kPrecisionSwitch = requires(Precision p) {
+    { Backend::precision() } -> std::same_as<Precision>;
+    Backend::set_precision(p);
+  };
+  // The backend's products in `p` while it lives, then the run's precision again.
+  struct IterationPrecision {
+    Precision run = Precision::fp32;
+    explicit IterationPrecision(Precision p) {
+      if constexpr (kPrecisionSwitch) {
+        run = Backend::precision();
+        Backend::set_precision(p);
+      }
+    }
+    ~IterationPrecision() {
+      if constexpr (kPrecisionSwitch) Backend::set_precision(run);
+    }
+    IterationPrecision(const IterationPrecision&) = delete;
+    IterationPrecision& operator=(const IterationPrecision&) = delete;
+  };
+
+  // C(n,n) = alpha·X Xᵀ (X (n,m)) or, transposed, alpha·XᵀX (X (m,n)).
+  static void gram(T* C, const T* X, std::int64_t n, std::int64_t m, bool transposed, T alpha) {
+    if constexpr (requires { Backend::gram(C, X, n, m, transposed, alpha); }) {
+      Backend::gram(C, X, n, m, transposed, alpha);
+    } else if (transposed) {  // the weight gradient's product, which accumulates
+      Backend::fill(C, n * n, T(0));
+      Backend::linear_backward(static_cast<T*>(nullptr), C, X, X, static_cast<const T*>(nullptr), m, n, n, alpha);
+    } else {
+      Backend::linear_forward(C, X, X, n, m, n, false, alpha);
+    }
+  }
+
   MuonConfig cfg_;
-  typename Backend::template vector<T> m_, v_, x_, y_, a_, b_;
+  std::vector<std::size_t> hidden_;  // indices into the store's specs
+  std::size_t widest_ = 0, square_ = 0;
+  int workers_ = 1;
+  typename Backend::template vector<T> m_, v_, x_, y_, a_, b_;  // x_ … b_: one slice per worker
 };
 
 }  // namespace normlab

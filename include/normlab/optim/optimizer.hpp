@@ -30,6 +30,7 @@
 
 #include "normlab/core/error.hpp"
 #include "normlab/core/exact.hpp"
+#include "normlab/core/precision.hpp"
 #include "normlab/nn/params.hpp"
 
 namespace normlab {
@@ -61,6 +62,7 @@ struct OptimizerOptions {
   double momentum = 0.95;     // Muon
   std::int64_t ns_steps = 5;  // Muon: Newton–Schulz iterations
   bool nesterov = true;       // Muon
+  Precision ns_precision = Precision::bf16;  // Muon: the Newton–Schulz products (the reference's bf16)
   double muon_lr = 0.02;      // Muon's hidden matrices: their peak rate (the schedule scales it as --lr's)
   double peak_lr = 0;         // the schedule's peak (--lr), for a group that runs at a rate of its own
   std::map<std::string, double> extra;

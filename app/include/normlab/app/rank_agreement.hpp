@@ -77,6 +77,7 @@ inline std::vector<std::pair<std::string, std::string>> flags_fingerprint(const 
           {"eps", exact_string(o.eps)},
           {"momentum", exact_string(o.momentum)},
           {"ns-steps", std::to_string(o.ns_steps)},
+          {"ns-precision", o.ns_precision},
           {"nesterov", o.nesterov ? "yes" : "no"},
           {"muon-lr", exact_string(o.muon_lr)},
           {"opt", [&] {

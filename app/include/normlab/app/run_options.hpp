@@ -44,6 +44,7 @@ struct TrainOptions {
   double eps = 1e-8;                 // AdamW's (and Muon's AdamW part's)
   double momentum = 0.95;            // Muon
   std::int64_t ns_steps = 5;         // Muon: Newton–Schulz iterations
+  std::string ns_precision = "bf16"; // Muon: the iteration's products, fp32 | bf16
   bool nesterov = true;              // Muon
   double muon_lr = 0.02;             // Muon: peak rate of the hidden matrices
   std::map<std::string, double> opt_params;  // --opt KEY=VALUE, for a user's optimizer
@@ -81,6 +82,8 @@ inline OptimizerOptions optimizer_options(const TrainOptions& o) {
   oo.weight_decay = o.weight_decay < 0 ? 0.0 : o.weight_decay;
   oo.momentum = o.momentum;
   oo.ns_steps = o.ns_steps;
+  if (const std::optional<Precision> p = parse_precision(o.ns_precision)) oo.ns_precision = *p;
+  else throw Error("--ns-precision: unknown precision '" + o.ns_precision + "' (known: fp32, bf16)");
   oo.nesterov = o.nesterov;
   oo.muon_lr = o.muon_lr;
   oo.peak_lr = o.lr;

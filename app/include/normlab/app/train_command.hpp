@@ -95,6 +95,10 @@ inline void add_optimizer_flags(CLI::App& app, TrainOptions& o, RawTrainFlags& r
   app.add_option("--eps", o.eps, "AdamW's epsilon")->capture_default_str()->check(positive_real());
   app.add_option("--momentum", o.momentum, "Muon's momentum")->capture_default_str()->check(real(0, false, 1));
   app.add_option("--ns-steps", o.ns_steps, "Muon's Newton-Schulz iterations")->capture_default_str()->check(integer(1, 100));
+  app.add_option("--ns-precision", o.ns_precision,
+                 "Muon: the Newton-Schulz products' operands, bf16 (the reference's; float32 accumulation, float32 "
+                 "where the CPU has no AVX-512 BF16) or fp32, whatever --precision is")
+      ->capture_default_str()->check(CLI::IsMember({"fp32", "bf16"}));
   app.add_option("--nesterov", o.nesterov, "Muon: Nesterov momentum (true/false)")->capture_default_str();
   app.add_option("--muon-lr", o.muon_lr,
                  "Muon: peak learning rate of the hidden matrices (the schedule scales it as --lr)")

@@ -45,6 +45,7 @@ struct cpu_backend {
   // stay float32 and precision_engine() says so. float64 products under bf16
   // round their operands to bf16 (the bf16 method's oracle, any CPU).
   static void set_precision(Precision p) { cpu::set_matmul_precision(p); }
+  static Precision precision() { return cpu::matmul_precision(); }
   static std::string precision_engine() {
     return std::string(precision_name(cpu::matmul_precision())) + " (" + cpu::float_gemm_engine() + ")";
   }
@@ -67,6 +68,13 @@ struct cpu_backend {
   static void linear_backward(T* dX, T* dW, const T* dY, const T* X, const T* W, std::int64_t N,
                               std::int64_t in, std::int64_t out, T alpha = T(1)) {
     cpu::linear_backward(dX, dW, dY, X, W, N, in, out, alpha);
+  }
+  // C(n,n) = α X Xᵀ (X (n,k)) or, transposed, α XᵀX (X (k,n)): a symmetric
+  // product, half of it computed (Muon's Newton–Schulz iteration; optional: a
+  // backend without it runs linear_forward).
+  template <class T>
+  static void gram(T* C, const T* X, std::int64_t n, std::int64_t k, bool transposed, T alpha = T(1)) {
+    cpu::gram(C, X, n, k, transposed, alpha);
   }
   template <class T>
   static void embedding_forward(T* out, const std::int64_t* idx, const T* wte, std::int64_t N, std::int64_t C) {
@@ -343,6 +351,38 @@ struct cpu_backend {
       m[i] = mv;
       u[i] = nesterov ? (T(1) - b) * g[i] + b * mv : mv;
     });
+  }
+  // Muon's quintic, completed (optim/muon.hpp): B(k,k) ← c·B + b·A + a·I, where
+  // B holds A²: the matrix that maps X to aX + bAX + cA²X in one product.
+  template <class T>
+  static void muon_quintic(T* B, const T* A, std::int64_t k, double a_, double b_, double c_) {
+    const T a = T(a_), b = T(b_), c = T(c_);
+    cpu::parallel_for(k, k * k > cpu::kParallelGrain, [&](std::int64_t i) {
+      T* Bi = B + i * k;
+      const T* Ai = A + i * k;
+      for (std::int64_t j = 0; j < k; ++j) Bi[j] = c * Bi[j] + b * Ai[j];
+      Bi[i] += a;
+    });
+  }
+  // Muon's update of a hidden matrix: p ← decay·p + step·u.
+  template <class T>
+  static void muon_apply(T* p, const T* u, std::int64_t n, double decay_, double step_) {
+    const T decay = T(decay_), step = T(step_);
+    cpu::parallel_for(n, n > cpu::kParallelGrain, [&](std::int64_t i) { p[i] = decay * p[i] + step * u[i]; });
+  }
+  // Independent tasks (Muon's matrices) over the OpenMP team, handed out
+  // dynamically in the order given: fn(task, worker), worker < min(workers,
+  // the team). Inside, every op runs on the calling thread (cpu::gemm and the
+  // row kernels do not open a region within one).
+  static int task_workers() { return cpu::max_threads(); }
+  template <class F>
+  static void run_tasks(std::int64_t n, int workers, F&& fn) {
+    const int team = std::min(workers, cpu::max_threads());
+    if (team <= 1 || n <= 1 || cpu::in_parallel()) {
+      for (std::int64_t i = 0; i < n; ++i) fn(i, 0);
+      return;
+    }
+    cpu::parallel_tasks(n, team, fn);
   }
   // Σ x² in double: fixed chunks summed in parallel (each in cpu::lane_sum's
   // fixed order), then added in chunk order (the same bits for any thread count).

@@ -6,6 +6,7 @@
 // ops.hpp fails to compile.
 #define NORMLAB_CPU_OP_INSTANCES(EXT, Scalar) \
   EXT template void linear_forward<Scalar>(Scalar* Y, const Scalar* X, const Scalar* W, std::int64_t N, std::int64_t in, std::int64_t out, bool accumulate, Scalar alpha); \
+  EXT template void gram<Scalar>(Scalar* C, const Scalar* X, std::int64_t n, std::int64_t k, bool transposed, Scalar alpha); \
   EXT template void linear_backward<Scalar>(Scalar* dX, Scalar* dW, const Scalar* dY, const Scalar* X, const Scalar* W, std::int64_t N, std::int64_t in, std::int64_t out, Scalar alpha); \
   EXT template void embedding_forward<Scalar>(Scalar* out, const std::int64_t* idx, const Scalar* wte, std::int64_t N, std::int64_t C); \
   EXT template void embedding_backward<Scalar>(Scalar* dwte, const std::int64_t* idx, const Scalar* dout, std::int64_t N, std::int64_t C); \

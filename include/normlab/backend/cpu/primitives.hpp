@@ -50,6 +50,31 @@ void parallel_for(std::int64_t n, bool parallel, Body&& body) {
   }
 }
 
+// body(i, thread) for i in [0, n) over a team of `team` threads (≥ 2, at most
+// the default team), handed out dynamically: independent tasks of unequal size.
+template <class Body>
+void parallel_tasks(std::int64_t n, int team, Body&& body) {
+#ifdef _OPENMP
+  // The default team size when it is asked for: libgomp keeps that team.
+  if (team >= max_threads()) {
+#pragma omp parallel
+    {
+#pragma omp for schedule(dynamic, 1)
+      for (std::int64_t i = 0; i < n; ++i) body(i, omp_get_thread_num());
+    }
+  } else {
+#pragma omp parallel num_threads(team)
+    {
+#pragma omp for schedule(dynamic, 1)
+      for (std::int64_t i = 0; i < n; ++i) body(i, omp_get_thread_num());
+    }
+  }
+#else
+  (void)team;
+  for (std::int64_t i = 0; i < n; ++i) body(i, 0);
+#endif
+}
+
 // out[j] += Σ_i term(i, j) over rows i = 0..N−1, for every column j < L.
 // Columns go in blocks of 64: each block walks the rows in order reading 64
 // contiguous values per row (cache-friendly, unlike a strided walk down one

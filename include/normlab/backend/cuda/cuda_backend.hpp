@@ -143,6 +143,7 @@ struct cuda_backend {
   static cudaStream_t stream() { return be().stream(); }
   // The arithmetic of the products (core/precision.hpp) on the current device.
   static void set_precision(Precision p) { be().set_bf16_products(p == Precision::bf16); }
+  static Precision precision() { return be().bf16_products() ? Precision::bf16 : Precision::fp32; }
   static std::string precision_engine() {
     return be().bf16_products() ? "bf16 (cuBLASLt, bf16 operands on the tensor cores, float32 accumulation)"
                                 : "fp32 (cuBLASLt, CUBLAS_COMPUTE_32F, no TF32)";
@@ -413,6 +414,12 @@ struct cuda_backend {
   }
   static void muon_momentum(float* u, float* m, const float* g, std::int64_t n, double beta, bool nesterov) {
     cuda::k::muon_momentum(u, m, g, n, float(beta), nesterov, stream());
+  }
+  static void muon_apply(float* p, const float* u, std::int64_t n, double decay, double step) {
+    cuda::k::muon_apply(p, u, n, float(decay), float(step), stream());
+  }
+  static void muon_quintic(float* B, const float* A, std::int64_t k, double a, double b, double c) {
+    cuda::k::muon_quintic(B, A, k, float(a), float(b), float(c), stream());
   }
   // Σ x² in double with a fixed reduction tree (the global gradient norm).
   static double sum_squares(const float* x, std::int64_t n) {

@@ -346,6 +346,18 @@ void muon_momentum(float* u, float* m, const float* g, std::int64_t n, float bet
   NORMLAB_CUDA_CHECK_LAUNCH();
 }
 
+void muon_quintic(float* B, const float* A, std::int64_t k, float a, float b, float c, cudaStream_t s) {
+  if (k <= 0) return;
+  dev::muon_quintic_kernel<<<flat_blocks(k * k), 256, 0, s>>>(B, A, k, a, b, c);
+  NORMLAB_CUDA_CHECK_LAUNCH();
+}
+
+void muon_apply(float* p, const float* u, std::int64_t n, float decay, float step, cudaStream_t s) {
+  if (n <= 0) return;
+  dev::muon_apply_kernel<<<flat_blocks(n), 256, 0, s>>>(p, u, n, decay, step);
+  NORMLAB_CUDA_CHECK_LAUNCH();
+}
+
 void adamw_constrain(float* p, float* m, float* v, const float* g, void* copy, Dtype copy_dt, std::int64_t R,
                      std::int64_t L, ConstraintAxis axis, ConstraintKind kind, AdamHyper hp, cudaStream_t s) {
   if (kind == ConstraintKind::none) axis = ConstraintAxis::none;

@@ -197,6 +197,10 @@ void scale_inplace(float* x, float c, std::int64_t n, cudaStream_t s);
 void lion_update(float* p, float* m, const float* g, std::int64_t n, float decay, bool decayed, float lr, float beta1,
                  float beta2, cudaStream_t s);
 void muon_momentum(float* u, float* m, const float* g, std::int64_t n, float beta, bool nesterov, cudaStream_t s);
+// p ← decay·p + step·u (Muon's update, optim/muon.hpp).
+void muon_apply(float* p, const float* u, std::int64_t n, float decay, float step, cudaStream_t s);
+// B(k,k) ← c·B + b·A + a·I (Muon's quintic, optim/muon.hpp).
+void muon_quintic(float* B, const float* A, std::int64_t k, float a, float b, float c, cudaStream_t s);
 
 struct AdamHyper {
   float decay = 1;       // 1 − lr·wd (applied only when `decayed`)

@@ -50,6 +50,21 @@ __global__ void muon_momentum_kernel(float* u, float* m, const float* g, std::in
   }
 }
 
+// Muon's quintic, completed: B(k,k) ← c·B + b·A + a·I (B holds A²), the CPU's expression order.
+__global__ void muon_quintic_kernel(float* B, const float* A, std::int64_t k, float a, float b, float c) {
+  const std::int64_t n = k * k;
+  for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += std::int64_t(gridDim.x) * blockDim.x) {
+    const float v = c * B[i] + b * A[i];
+    B[i] = i / k == i % k ? v + a : v;
+  }
+}
+
+// Muon's update of a hidden matrix: p ← decay·p + step·u (the CPU's expression).
+__global__ void muon_apply_kernel(float* p, const float* u, std::int64_t n, float decay, float step) {
+  for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += std::int64_t(gridDim.x) * blockDim.x)
+    p[i] = decay * p[i] + step * u[i];
+}
+
 // p, m, v updated in place; returns the new p. Same expression order as the CPU's Eigen arrays.
 __device__ __forceinline__ float adam_one(float* p, float* m, float* v, const float* g, std::int64_t i,
                                           const k::AdamHyper& hp) {
