@@ -373,8 +373,18 @@ struct cpu_backend {
   // Independent tasks (Muon's matrices) over the OpenMP team, handed out
   // dynamically in the order given: fn(task, worker), worker < min(workers,
   // the team). Inside, every op runs on the calling thread (cpu::gemm and the
-  // row kernels do not open a region within one).
-  static int task_workers() { return cpu::max_threads(); }
+  // row kernels do not open a region within one). Only where the float32
+  // engine is normlab's own: OpenBLAS's and Eigen's bits depend on how a
+  // product is split (whole on a thread of a region, in pieces outside one),
+  // so there the tasks run one after another with threaded products and the
+  // result still does not depend on the thread count.
+  static int task_workers() {
+#if defined(NORMLAB_HAVE_SGEMM_AVX512)
+    return cpu::max_threads();
+#else
+    return 1;
+#endif
+  }
   template <class F>
   static void run_tasks(std::int64_t n, int workers, F&& fn) {
     const int team = std::min(workers, cpu::max_threads());

@@ -346,14 +346,29 @@ void gemm(std::int64_t M, std::int64_t N, std::int64_t K, const T* A, std::int64
 // dynamically), then mirrors it: (1 + kGramPanel/n)/2 of the full product's
 // multiply-adds. Element (i, j) is the dot product of the same two rows in the
 // same order as in the full product, and (j, i) the same products commuted, so C
-// has the full product's bits in either precision at alpha = 1 (with another
+// has the full product's bits (its upper triangle's, mirrored, on the engines
+// that sum (i, j) and (j, i) differently) in either precision at alpha = 1 (with another
 // alpha and K past one slab, a tile's epilogue may fuse alpha·sum + C where
-// another's does not: one rounding). float64 (the oracle), the other engines and
-// short products (k < n on one thread, k < 2n on several, or k ≤ 64) run the full product.
+// another's does not: one rounding). float64 (the oracle), the OpenBLAS and Eigen
+// engines and short products (k < n on one thread, k < 2n on several, or k ≤ 64)
+// run the full product.
 inline constexpr std::int64_t kGramPanel = 64;
+namespace detail {
+// C(n,n)'s lower triangle from its upper, in tiles (both sides stay in cache).
+template <class T>
+void mirror_upper(T* C, std::int64_t n) {
+  constexpr std::int64_t kTile = 32;
+  for (std::int64_t i0 = 0; i0 < n; i0 += kTile)
+    for (std::int64_t j0 = 0; j0 <= i0; j0 += kTile)
+      for (std::int64_t i = i0; i < std::min(n, i0 + kTile); ++i)
+        for (std::int64_t j = j0; j < std::min(i, j0 + kTile); ++j) C[i * n + j] = C[j * n + i];
+}
+}  // namespace detail
 template <class T>
 void gram(T* C, const T* X, std::int64_t n, std::int64_t k, bool transposed, T alpha = T(1)) {
-#ifdef NORMLAB_SERIAL_SGEMM
+  // Only on normlab's own kernels, whose tiles do not move with the split: OpenBLAS
+  // blocks a panel otherwise than the whole product, so the bits would differ.
+#if defined(NORMLAB_HAVE_SGEMM_AVX512)
   if constexpr (std::is_same_v<T, float>) {
     // Panels above OpenBLAS's small-product threshold, so that they run on the
     // same kernel as the full product would; and only where they pay (measured,
@@ -383,12 +398,7 @@ void gram(T* C, const T* X, std::int64_t n, std::int64_t k, bool transposed, T a
           for (std::int64_t q = 0; q < panels; ++q) panel(panels - 1 - q);
         }
       }
-      // The lower triangle from the upper, in tiles (both sides stay in cache).
-      constexpr std::int64_t kTile = 32;
-      for (std::int64_t i0 = 0; i0 < n; i0 += kTile)
-        for (std::int64_t j0 = 0; j0 <= i0; j0 += kTile)
-          for (std::int64_t i = i0; i < std::min(n, i0 + kTile); ++i)
-            for (std::int64_t j = j0; j < std::min(i, j0 + kTile); ++j) C[i * n + j] = C[j * n + i];
+      detail::mirror_upper(C, n);
       return;
     }
   }
@@ -397,6 +407,8 @@ void gram(T* C, const T* X, std::int64_t n, std::int64_t k, bool transposed, T a
     gemm<T, Eigen::ColMajor, Eigen::RowMajor>(n, n, k, X, n, X, n, C, n, false, alpha);
   else
     gemm<T, Eigen::RowMajor, Eigen::ColMajor>(n, n, k, X, k, X, k, C, n, false, alpha);
+  // Other engines need not sum (i, j) and (j, i) alike: C is symmetric exactly all the same.
+  detail::mirror_upper(C, n);
 }
 
 // ---------------------------------------------------------------- GEMMs
