@@ -20,6 +20,9 @@
 #                                          #   with GPT's, ngpt with alpha0 = 1/L, angpt's factors x0.5 and x2
 #   bash scripts/fair-study.sh bpe         # main-v2's variants on BPE-4096 tokens of the same text (3 seeds), and
 #                                          #   gpt_qknorm vs ngpt at d = 256, 8 layers, T = 512 tokens (1 seed)
+#   bash scripts/fair-study.sh optimizers  # gpt, gpt_qknorm, ngpt, angpt under muon+cosine and adamw+wsd, 3 seeds
+#                                          #   (adamw+cosine: main-v2's seeds 1-3); Muon's rate swept per variant
+#                                          #   beside main-v2's --lr, WSD's --lr swept; optimizers.md compares them
 #   bash scripts/fair-study.sh timing      # re-time every piece's variants interleaved (nothing else may run)
 #   bash scripts/fair-study.sh archive     # every finished run's record (no checkpoints) into studies/fair/:
 #                                          #   reports, JSON and plots as files, each piece's runs in runs.tar.xz
@@ -29,13 +32,13 @@
 # TIMING_ROUNDS=0 skips the interleaved timing in a piece (time it later with `timing`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PIECE=${1:?"usage: bash scripts/fair-study.sh main|others|context|precision|conditioning|main-v2|budgets|cross|bpe|timing|archive|restore"}
+PIECE=${1:?"usage: bash scripts/fair-study.sh main|others|context|precision|conditioning|main-v2|budgets|cross|bpe|optimizers|timing|archive|restore"}
 ROOT=runs/fair
 ARCHIVE=studies/fair
 # What a study keeps of a run for its report and a resumed study: the records, not the checkpoints.
 keep() { find "$1" \( -name summary.json -o -name metrics.jsonl -o -name args.txt -o -name step_time.json \
   -o -name ablation.json -o -name sweep.json -o -name recheck.json -o -name timing.json -o -name 'results*.md' -o -name '*.png' \
-  -o -name 'conditioning*.md' -o -name precision.md -o -name DIVERGED \) -type f; }
+  -o -name 'conditioning*.md' -o -name precision.md -o -name optimizers.md -o -name DIVERGED \) -type f; }
 case $PIECE in
   archive)
     [ -d "$ROOT" ] || { echo "fair-study: nothing in $ROOT to archive" >&2; exit 2; }
@@ -169,9 +172,25 @@ case $PIECE in
     # shellcheck disable=SC2046
     ablate --variants gpt_qknorm,ngpt --seeds 1 --lrs "$(lrs_of "$ROOT/bpe" gpt_qknorm,ngpt)" --baselines gpt_qknorm \
       --out "$ROOT/bpe-large" -- $(DATA=$PWD/data/brown-bpe4096 flags 512) --d 256 --layers 8 --batch 4 ;;
+  optimizers)
+    [ -f "$ROOT/main-v2/sweep.json" ] || { echo "fair-study: run 'main-v2' first (its rates and AdamW runs are used)" >&2; exit 2; }
+    V=gpt,gpt_qknorm,ngpt,angpt
+    # Muon on the hidden matrices: its own rate swept per variant (the reference's default 0.02 lies
+    # inside the grid), AdamW on the rest at the variant's main-v2 rate.
+    # shellcheck disable=SC2046
+    ablate --variants $V --seeds 1,2,3 --lrs "$(lrs_of "$ROOT/main-v2" $V)" --sweep-flag --muon-lr \
+      --lr-grid "${MUON_GRID:-1e-2,3e-2,1e-1}" --sweep-steps "$SWEEP_STEPS" --baselines gpt_qknorm,gpt \
+      --out "$ROOT/opt-muon-cosine" -- $(flags 256) --optimizer muon
+    # Warmup-stable-decay (the last 20% of the steps decaying linearly to lr/10), the rate swept again.
+    # shellcheck disable=SC2046
+    ablate --variants $V --seeds 1,2,3 --lr-grid "${GRID_V2:-1e-3,3e-3,1e-2,3e-2}" --sweep-steps "$SWEEP_STEPS" \
+      --baselines gpt_qknorm,gpt --out "$ROOT/opt-adamw-wsd" -- $(flags 256) --schedule wsd
+    /usr/bin/env python3 scripts/optimizer-table.py $V 1,2,3 "adamw+cosine=$ROOT/main-v2" \
+      "muon+cosine=$ROOT/opt-muon-cosine" "adamw+wsd=$ROOT/opt-adamw-wsd" > "$ROOT/optimizers.md"
+    cat "$ROOT/optimizers.md" ;;
   timing)
     # Every run finished: each rerun only times (interleaved) and re-makes the report.
-    for p in main others ctx64 ctx1024; do
+    for p in main others ctx64 ctx1024 main-v2 budgets opt-muon-cosine opt-adamw-wsd; do
       [ -f "$ROOT/$p/ablation.json" ] || continue
       /usr/bin/env python3 - "$ROOT/$p/ablation.json" > "$ROOT/$p/.rerun" <<'PY'
 import json, sys, shlex
@@ -179,10 +198,13 @@ r = json.load(open(sys.argv[1]))
 args = ["--variants", ",".join(r["variants"]), "--seeds", ",".join(map(str, r["seeds"]))]
 if r.get("lr_grid"): args += ["--lr-grid", ",".join(f"{x:g}" for x in r["lr_grid"]), "--sweep-steps", str(r["sweep_steps"])]
 if r.get("lrs"): args += ["--lrs", ",".join(f"{k}={v:g}" for k, v in r["lrs"].items())]
+if r.get("sweep_flag"): args += ["--sweep-flag", r["sweep_flag"]]
+if r.get("baselines"): args += ["--baselines", ",".join(r["baselines"])]
+if r.get("budgets"): args += ["--budgets", ",".join(f"{x:g}" for x in r["budgets"])]
 print(shlex.join(args + ["--"] + r["pass_through"]))
 PY
-      eval "ablate --out $ROOT/$p $(cat "$ROOT/$p/.rerun" | sed 's/ -- / -- /')" > /dev/null
+      eval "ablate --out $ROOT/$p $(cat "$ROOT/$p/.rerun")" > /dev/null
       echo "fair-study: timed $p"
     done ;;
-  *) echo "fair-study: unknown piece '$PIECE' (main, others, context, precision, conditioning, main-v2, budgets, cross, bpe, timing, archive, restore)" >&2; exit 2 ;;
+  *) echo "fair-study: unknown piece '$PIECE' (main, others, context, precision, conditioning, main-v2, budgets, cross, bpe, optimizers, timing, archive, restore)" >&2; exit 2 ;;
 esac

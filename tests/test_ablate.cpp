@@ -680,7 +680,7 @@ namespace {
 // --lr ends 0.5 higher (the sweep has something to choose). With --time-steps
 // it writes OUT/step_time.json (`step_s`) and nothing else, as the trainers do.
 void fake_trainer(const fs::path& bin, const std::string& variant, double to, int exit_code = 0,
-                  const std::string& best_lr = "", double step_s = 0.1) {
+                  const std::string& best_lr = "", double step_s = 0.1, const std::string& rate_flag = "--lr") {
   const fs::path p = bin / ("train-" + variant);
   auto printer = [&](double final_loss) {
     std::string metrics;
@@ -700,7 +700,8 @@ void fake_trainer(const fs::path& bin, const std::string& variant, double to, in
   std::string text = "#!/bin/sh\n"
                      "seed=''; out=''; lr=''; timed=''; prev=''\n"
                      "for a in \"$@\"; do\n"
-                     "  case \"$prev\" in --seed) seed=$a ;; --out) out=$a ;; --lr) lr=$a ;; --time-steps) timed=$a ;; esac\n"
+                     "  case \"$prev\" in --seed) seed=$a ;; --out) out=$a ;; " + rate_flag +
+                     ") lr=$a ;; --time-steps) timed=$a ;; esac\n"
                      "  prev=$a\n"
                      "done\n"
                      "if [ -n \"$timed\" ]; then mkdir -p \"$out\"; " + std::string(timing) + " exit 0; fi\n"
@@ -917,6 +918,47 @@ TEST_CASE("ablate: --lr-grid sweeps every variant, trains each at its best rate,
   CHECK(run_ablate("--variants gpt,ngpt --seeds 1 --lrs gpt=0.003 --out '" + (st.tmp.path / "o4").string() +
                        "' --bin-dir '" + bin.string() + "'", log) == 2);
   CHECK(slurp(log).find("--lrs: no learning rate for ngpt") != std::string::npos);
+}
+
+TEST_CASE("ablate: --sweep-flag sweeps another flag (Muon's rate) beside each variant's --lr from --lrs",
+          "[ablate][cli]") {
+  CliStudy st({});
+  fake_trainer(st.bin, "gpt", 2.0, 0, "0.03", 0.1, "--muon-lr");
+  fake_trainer(st.bin, "ngpt", 1.0, 0, "0.03", 0.1, "--muon-lr");
+  const std::string study = " --lr-grid 1e-2,3e-2,1e-1 --timing-rounds 0" + st.dirs() + " -- --steps 100 --optimizer muon";
+  const std::string args = "--variants gpt,ngpt --seeds 1,2 --lrs gpt=0.003,ngpt=0.01 --sweep-flag --muon-lr" + study;
+  REQUIRE(run_ablate(args, st.log) == 0);
+  const std::string text = slurp(st.log);
+  INFO(text);
+  // The sweep varies --muon-lr; each variant keeps its own --lr (last, so they override the pass-through).
+  CHECK(slurp(st.out / "sweep" / "ngpt" / "lr0.1" / "args.txt") ==
+        "--seed\n1\n--out\n" + (st.out / "sweep" / "ngpt" / "lr0.1").string() +
+            "\n--steps\n100\n--optimizer\nmuon\n--steps\n25\n--lr\n0.01\n--muon-lr\n0.1\n");
+  CHECK(text.find("sweep: gpt trains at muon-lr 0.03") != std::string::npos);
+  CHECK(text.find("extending") == std::string::npos);  // 0.03 is interior
+  CHECK(slurp(st.out / "recheck" / "gpt" / "lr0.03" / "args.txt").find("--lr\n0.003\n--muon-lr\n0.03\n") !=
+        std::string::npos);
+  CHECK(slurp(st.out / "ngpt" / "seed2" / "args.txt").find("--optimizer\nmuon\n--lr\n0.01\n--muon-lr\n0.03\n") !=
+        std::string::npos);
+  CHECK(slurp(st.out / "ablation.json").find("\"sweep_flag\": \"--muon-lr\"") != std::string::npos);
+  const std::string note = "The sweep is of `--muon-lr`";
+  CHECK(slurp(st.out / "results.md").find(note) != std::string::npos);
+  REQUIRE(run_ablate("--report-only --out '" + st.out.string() + "'", st.log) == 0);
+  CHECK(slurp(st.out / "results.md").find(note) != std::string::npos);
+  // The same OUT swept as --lr is another study.
+  CHECK(run_ablate("--variants gpt,ngpt --seeds 1,2" + study, st.log) == 2);
+  CHECK(slurp(st.log).find("holds a study that swept --muon-lr (now --sweep-flag --lr)") != std::string::npos);
+  // Mistakes, each refused before any run with a sentence.
+  const std::string o2 = " --out '" + (st.tmp.path / "o2").string() + "' --bin-dir '" + st.bin.string() + "'";
+  CHECK(run_ablate("--variants gpt --seeds 1 --sweep-flag --muon-lr" + o2, st.log) == 2);
+  CHECK(slurp(st.log).find("--sweep-flag needs --lr-grid") != std::string::npos);
+  CHECK(run_ablate("--variants gpt --seeds 1 --lr-grid 1e-2 --sweep-flag --seed" + o2, st.log) == 2);
+  CHECK(slurp(st.log).find("--sweep-flag --seed: normlab-ablate sets it per run") != std::string::npos);
+  CHECK(run_ablate("--variants gpt --seeds 1 --lr-grid 1e-2 --sweep-flag muon-lr" + o2, st.log) == 2);
+  CHECK(slurp(st.log).find("--sweep-flag: \"muon-lr\" is not a trainer flag") != std::string::npos);
+  CHECK(run_ablate("--variants gpt --seeds 1 --lr-grid 1e-2 --sweep-flag --muon-lr" + o2 + " -- --muon-lr 0.02", st.log) == 2);
+  CHECK(slurp(st.log).find("do not also pass --muon-lr") != std::string::npos);
+  CHECK_FALSE(fs::exists(st.tmp.path / "o2"));
 }
 
 TEST_CASE("ablate: --grid-extensions bounds the extension; the report says the winner is still on the edge",

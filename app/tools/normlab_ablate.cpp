@@ -196,6 +196,7 @@ V record_field(const nlohmann::json& record, const fs::path& out, const char* ke
 
 struct Options {
   std::string variants_s, seeds_s, out, bin_dir, lr_grid_s, lrs_s, baselines_s, extrapolate_s, budgets_s;
+  std::string sweep_flag = "--lr";  // the trainer flag --lr-grid sweeps (e.g. --muon-lr)
   std::int64_t sweep_steps = 0;    // 0: a quarter of the study's --steps
   std::int64_t grid_extensions = 3;  // rates a variant's sweep may add past an edge winner
   bool full_horizon_check = true;    // the sweep's best two rates re-run at the study's --steps
@@ -292,6 +293,15 @@ void read_rate_run(std::vector<ab::SweepRun>& runs, const fs::path& dir, const s
   if (fs::exists(dir / "DIVERGED")) runs.push_back({v, g, std::nullopt});
   if (!fs::exists(dir / "summary.json")) return;
   runs.push_back({v, g, ab::read_summary(dir / "summary.json").final_val_loss});
+}
+
+// Above the sweep's table when it swept another flag than --lr: which, and
+// that the "lr" columns are that flag's values.
+std::string sweep_flag_note(const std::string& flag, bool lrs_given) {
+  if (flag == "--lr") return "";
+  return "The sweep is of `" + flag + "`: the \"lr\" columns below are its values; each variant's `--lr` " +
+         (lrs_given ? std::string("is the one --lrs gave (ablation.json)") : std::string("is the trainers'")) +
+         ".\n\n";
 }
 
 // The re-check of OUT/recheck.json as markdown, below the sweep's table.
@@ -425,8 +435,12 @@ int run(int argc, char** argv) {
                  "sweep these peak learning rates first (e.g. 1e-3,3e-3,1e-2,3e-2): every variant for --sweep-steps "
                  "at each, on the first seed; each variant's full runs then use the rate with the lowest final val loss");
   app.add_option("--lrs", o.lrs_s,
-                 "a peak learning rate per variant instead of a sweep, e.g. gpt=3e-3,ngpt=1e-2 (every variant of "
-                 "--variants; e.g. another study's OUT/sweep.json)");
+                 "a peak learning rate (--lr) per variant instead of a sweep, e.g. gpt=3e-3,ngpt=1e-2 (every variant "
+                 "of --variants; e.g. another study's OUT/sweep.json); with --sweep-flag, the fixed --lr beside it");
+  app.add_option("--sweep-flag", o.sweep_flag,
+                 "the trainer flag whose value --lr-grid sweeps (default --lr); e.g. --muon-lr sweeps Muon's rate of "
+                 "the hidden matrices, each variant's --lr given by --lrs or the trainer's default")
+      ->capture_default_str();
   app.add_option("--sweep-steps", o.sweep_steps, "steps of each sweep run (default: a quarter of the study's --steps)")
       ->check(CLI::PositiveNumber);
   app.add_option("--grid-extensions", o.grid_extensions,
@@ -532,7 +546,10 @@ int run(int argc, char** argv) {
     if (record && record->contains("lr_grid") && !record->at("lr_grid").is_null()) {
       const auto grid = record_field<std::vector<double>>(*record, out, "lr_grid");
       const auto runs = read_sweep(out, variants, grid);
-      info.sweep_md = ab::sweep_markdown(variants, grid, runs, ab::choose_learning_rates(variants, runs),
+      info.sweep_md = sweep_flag_note(record->contains("sweep_flag") ? record_field<std::string>(*record, out, "sweep_flag")
+                                                                    : std::string("--lr"),
+                                      record->contains("lrs")) +
+                      ab::sweep_markdown(variants, grid, runs, ab::choose_learning_rates(variants, runs),
                                          record_field<std::int64_t>(*record, out, "sweep_steps"), seeds.front());
       if (fs::exists(out / "recheck.json")) {
         std::int64_t full_steps = 300;
@@ -570,15 +587,25 @@ int run(int argc, char** argv) {
     }
     if (!o.lr_grid_s.empty()) {
       grid = parse_lr_grid(o.lr_grid_s);
-      if (pass_value(o.pass, "--lr"))
-        throw UsageError("--lr-grid chooses each variant's --lr: do not also pass --lr to the trainers");
+      const std::string& f = o.sweep_flag;
+      if (f.size() < 3 || f.rfind("--", 0) != 0 || f.find('=') != std::string::npos)
+        throw UsageError("--sweep-flag: \"" + f + "\" is not a trainer flag (e.g. --lr, --muon-lr)");
+      for (const char* own : {"--seed", "--out", "--steps", "--resume"})
+        if (f == own)
+          throw UsageError("--sweep-flag " + f + ": normlab-ablate sets it per run; sweep a rate (e.g. --lr, --muon-lr)");
+      if (pass_value(o.pass, o.sweep_flag))
+        throw UsageError("--lr-grid chooses each variant's " + o.sweep_flag + ": do not also pass " + o.sweep_flag +
+                         " to the trainers");
       if (o.sweep_steps == 0) o.sweep_steps = std::max<std::int64_t>(1, full_steps / 4);
+    } else if (app.count("--sweep-flag") > 0) {
+      throw UsageError("--sweep-flag needs --lr-grid (the values it sweeps)");
     } else if (o.sweep_steps != 0) {
       throw UsageError("--sweep-steps needs --lr-grid");
     }
     std::map<std::string, double> given_lr;
     if (!o.lrs_s.empty()) {
-      if (!grid.empty()) throw UsageError("--lrs and --lr-grid contradict each other: give one");
+      if (!grid.empty() && o.sweep_flag == "--lr")
+        throw UsageError("--lrs and --lr-grid contradict each other: give one (or sweep another flag: --sweep-flag)");
       if (pass_value(o.pass, "--lr")) throw UsageError("--lrs sets each variant's --lr: do not also pass --lr");
       given_lr = parse_lrs(o.lrs_s, variants);
     }
@@ -629,6 +656,11 @@ int run(int argc, char** argv) {
       if (before_budgets != (budgets.empty() ? nlohmann::json() : nlohmann::json(budgets)))
         throw UsageError(out.string() + " holds a study with other --budgets (" + before_budgets.dump() +
                          "). Use another --out, or remove " + out.string());
+      const std::string before_flag =
+          record->contains("sweep_flag") ? record_field<std::string>(*record, out, "sweep_flag") : "--lr";
+      if (!grid.empty() && record->contains("lr_grid") && before_flag != o.sweep_flag)
+        throw UsageError(out.string() + " holds a study that swept " + before_flag + " (now --sweep-flag " +
+                         o.sweep_flag + "). Use another --out, or remove " + out.string());
       if (before_lrs != now_lrs)
         throw UsageError(out.string() + " holds a study with other --lrs (" + before_lrs.dump() + "; now " +
                          now_lrs.dump() + "). Use another --out, or remove " + out.string());
@@ -662,6 +694,7 @@ int run(int argc, char** argv) {
         rec["sweep_steps"] = o.sweep_steps;
         rec["grid_extensions"] = o.grid_extensions;
         rec["full_horizon_check"] = o.full_horizon_check;
+        if (o.sweep_flag != "--lr") rec["sweep_flag"] = o.sweep_flag;
       }
       if (!given_lr.empty()) rec["lrs"] = given_lr;
       if (!baselines.empty()) rec["baselines"] = baselines;
@@ -719,11 +752,30 @@ int run(int argc, char** argv) {
     };
 
     // 1. The learning-rate sweep (first seed), and each variant's choice.
-    std::map<std::string, double> chosen_lr = given_lr;
+    // Each variant's rate flags: the swept flag's value (chosen_lr), and --lrs'
+    // --lr beside it when the sweep is of another flag.
+    std::map<std::string, double> chosen_lr = o.sweep_flag == "--lr" ? given_lr : std::map<std::string, double>{};
+    auto fixed_args = [&](const std::string& v) {
+      std::vector<std::string> a;
+      if (o.sweep_flag != "--lr" && given_lr.count(v)) a = {"--lr", lr_name(given_lr.at(v))};
+      return a;
+    };
+    auto swept_args = [&](const std::string& v, std::vector<std::string> a, double g) {
+      const auto f = fixed_args(v);
+      a.insert(a.end(), f.begin(), f.end());
+      a.insert(a.end(), {o.sweep_flag, lr_name(g)});
+      return a;
+    };
+    auto rate_args = [&](const std::string& v, std::vector<std::string> a = {}) {
+      const auto f = fixed_args(v);
+      a.insert(a.end(), f.begin(), f.end());
+      if (chosen_lr.count(v)) a.insert(a.end(), {o.sweep_flag, lr_name(chosen_lr.at(v))});
+      return a;
+    };
     if (!grid.empty()) {
       auto sweep_run = [&](const std::string& v, double g) {
-        run_one(v, seeds.front(), sweep_dir(out, v, g), {"--steps", std::to_string(o.sweep_steps), "--lr", lr_name(g)},
-                "lr " + lr_name(g) + " (sweep, " + std::to_string(o.sweep_steps) + " steps)", true);
+        run_one(v, seeds.front(), sweep_dir(out, v, g), swept_args(v, {"--steps", std::to_string(o.sweep_steps)}, g),
+                o.sweep_flag.substr(2) + " " + lr_name(g) + " (sweep, " + std::to_string(o.sweep_steps) + " steps)", true);
       };
       for (const auto& v : variants) {
         for (double g : grid) sweep_run(v, g);
@@ -750,10 +802,11 @@ int run(int argc, char** argv) {
         for (const auto& c : choices) {
           chosen_lr[c.variant] = c.lr;
           chosen[c.variant] = c.lr;
-          std::printf("[normlab-ablate] sweep: %s trains at lr %g (final val loss %.4f after %lld steps)\n",
-                      c.variant.c_str(), c.lr, c.final_val_loss, (long long)o.sweep_steps);
+          std::printf("[normlab-ablate] sweep: %s trains at %s %g (final val loss %.4f after %lld steps)\n",
+                      c.variant.c_str(), o.sweep_flag.substr(2).c_str(), c.lr, c.final_val_loss, (long long)o.sweep_steps);
         }
-        info.sweep_md = ab::sweep_markdown(variants, grid, runs, choices, o.sweep_steps, seeds.front());
+        info.sweep_md = sweep_flag_note(o.sweep_flag, !given_lr.empty()) +
+                        ab::sweep_markdown(variants, grid, runs, choices, o.sweep_steps, seeds.front());
         // The best two rates again at the study's --steps (first seed): a rate
         // that wins a short run may lose a long one. The better one is the
         // variant's rate, and its run is the first seed's run (the same flags
@@ -771,8 +824,8 @@ int run(int argc, char** argv) {
             nlohmann::json losses = nlohmann::json::array();
             for (double g : two) {
               ++total;
-              run_one(v, seeds.front(), recheck_dir(out, v, g), {"--lr", lr_name(g)},
-                      "lr " + lr_name(g) + " (full-horizon re-check)", true);
+              run_one(v, seeds.front(), recheck_dir(out, v, g), swept_args(v, {}, g),
+                      o.sweep_flag.substr(2) + " " + lr_name(g) + " (full-horizon re-check)", true);
               const std::size_t before = full.size();
               read_rate_run(full, recheck_dir(out, v, g), v, g);
               const bool finite = full.size() > before && full.back().final_val_loss &&
@@ -781,8 +834,8 @@ int run(int argc, char** argv) {
             }
             const ab::SweepChoice pick = ab::choose_learning_rates({v}, full).front();
             if (pick.lr != c.lr)
-              std::printf("[normlab-ablate] re-check: %s trains at lr %g, not the sweep's %g: better at %lld steps "
-                          "(%.4f)\n", v.c_str(), pick.lr, c.lr, (long long)full_steps, pick.final_val_loss);
+              std::printf("[normlab-ablate] re-check: %s trains at %s %g, not the sweep's %g: better at %lld steps "
+                          "(%.4f)\n", v.c_str(), o.sweep_flag.substr(2).c_str(), pick.lr, c.lr, (long long)full_steps, pick.final_val_loss);
             chosen_lr[v] = pick.lr;
             chosen[v] = pick.lr;
             recheck[v] = {{"rates", two}, {"losses", losses}, {"chosen", pick.lr}};
@@ -807,16 +860,14 @@ int run(int argc, char** argv) {
     }
     // 2. The full runs, every seed, at the chosen rates.
     for (const auto& v : variants) {
-      std::vector<std::string> extra;
-      if (chosen_lr.count(v)) extra = {"--lr", lr_name(chosen_lr.at(v))};
+      const std::vector<std::string> extra = rate_args(v);
       for (const auto s : seeds) run_one(v, s, run_dir(out, v, s), extra, "seed " + std::to_string(s));
     }
     // 2b. Smaller budgets as runs of their own (each its own schedule), shortest first.
     for (const double f : budgets) {
       const std::int64_t steps = std::max<std::int64_t>(1, std::llround(f * double(full_steps)));
       for (const auto& v : variants) {
-        std::vector<std::string> extra{"--steps", std::to_string(steps)};
-        if (chosen_lr.count(v)) extra.insert(extra.end(), {"--lr", lr_name(chosen_lr.at(v))});
+        const std::vector<std::string> extra = rate_args(v, {"--steps", std::to_string(steps)});
         for (const auto s : seeds)
           run_one(v, s, budget_dir(out, f, v, s), extra,
                   "seed " + std::to_string(s) + " (budget " + lr_name(f) + ": " + std::to_string(steps) + " steps)");
@@ -830,7 +881,7 @@ int run(int argc, char** argv) {
           const fs::path dir = out / "timing" / v / ("round" + std::to_string(r));
           std::vector<std::string> args{"--seed", std::to_string(seeds.front()), "--out", dir.string()};
           args.insert(args.end(), o.pass.begin(), o.pass.end());
-          if (chosen_lr.count(v)) args.insert(args.end(), {"--lr", lr_name(chosen_lr.at(v))});
+          args = rate_args(v, std::move(args));
           args.insert(args.end(), {"--time-steps", std::to_string(o.timing_steps), "--quiet"});
           if (const int rc = run_child(bin / ("train-" + v), args); rc != 0)
             throw normlab::Error("train-" + v + " --time-steps " + describe_status(rc) + " (timing round " +
