@@ -30,6 +30,8 @@
 #
 # Results: runs/fair/<piece>/results.md (+ plots); docs/study.md quotes them.
 # TIMING_ROUNDS=0 skips the interleaved timing in a piece (time it later with `timing`).
+# STUDY_BIN=DIR runs the piece with the tools and trainers copied into DIR (made from build/ when
+# DIR does not exist yet), so that rebuilding build/ meanwhile cannot touch a running study.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PIECE=${1:?"usage: bash scripts/fair-study.sh main|others|context|precision|conditioning|main-v2|budgets|cross|bpe|optimizers|timing|archive|restore"}
@@ -72,18 +74,28 @@ GRID=${LR_GRID:-3e-3,1e-2,3e-2}
 SWEEP_STEPS=${SWEEP_STEPS:-300}
 STEPS=${STEPS:-1500}
 ROUNDS=${TIMING_ROUNDS:-3}
-bash scripts/bootstrap.sh
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build build -j 2 --target normlab-ablate normlab-diagnose normlab-tokenize \
-  train-gpt train-gpt_qknorm train-gpt_alpha train-ngpt train-ngpt_slerp train-ngpt_noqknorm train-ngpt_scalar \
-  train-ngpt_fixedscales train-angpt train-angpt_attnfactor >/dev/null
+TOOLS="normlab-ablate normlab-diagnose normlab-tokenize train-gpt train-gpt_qknorm train-gpt_alpha train-ngpt
+  train-ngpt_slerp train-ngpt_noqknorm train-ngpt_scalar train-ngpt_fixedscales train-angpt train-angpt_attnfactor"
+BIN=$(realpath -m "${STUDY_BIN:-build}")
+if [ ! -d "$BIN" ] || [ "$BIN" = "$PWD/build" ]; then
+  bash scripts/bootstrap.sh
+  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+  # shellcheck disable=SC2086  # one target per word
+  cmake --build build -j 2 --target $TOOLS >/dev/null
+  if [ "$BIN" != "$PWD/build" ]; then
+    mkdir -p "$BIN"
+    # shellcheck disable=SC2086
+    (cd build && cp $TOOLS "$BIN/")
+    echo "fair-study: tools and trainers copied into $BIN (commit $(git rev-parse --short HEAD))"
+  fi
+fi
 bash scripts/fetch-corpus.sh data >/dev/null
 mkdir -p "$ROOT"
 # The trainers' flags at context length T (batch = 2048 / T sequences).
 # DATA: another corpus (a token directory: the bpe piece).
 flags() { echo --data "${DATA:-brown}" --data-dir "$PWD/data" --seq "$1" --batch $((2048 / $1)) --d 128 --layers 4 --heads 4 \
   --steps "$STEPS" --eval-every 100 --eval-batches 8 --ckpt-every 250 --quiet; }
-ablate() { ./build/normlab-ablate --timing-rounds "${TIMING_ROUNDS:-$ROUNDS}" "$@"; }
+ablate() { "$BIN/normlab-ablate" --timing-rounds "${TIMING_ROUNDS:-$ROUNDS}" "$@"; }
 # A study dir reuses another's finished runs (the shared baseline) through symlinks.
 share() {  # from-dir to-dir variant seed
   mkdir -p "$2/$3" "$2/sweep"
@@ -133,9 +145,9 @@ case $PIECE in
     cat "$ROOT/precision.md" ;;
   conditioning)
     d=$ROOT/main
-    ./build/normlab-diagnose --compare "$d/gpt/seed1/ckpt.safetensors" "$d/ngpt/seed1/ckpt.safetensors" \
+    "$BIN/normlab-diagnose" --compare "$d/gpt/seed1/ckpt.safetensors" "$d/ngpt/seed1/ckpt.safetensors" \
       "$d/angpt/seed1/ckpt.safetensors" "$d/gpt_alpha/seed1/ckpt.safetensors" > "$ROOT/conditioning.md"
-    ./build/normlab-diagnose --post-hoc-normalize --compare "$d/gpt/seed1/ckpt.safetensors" \
+    "$BIN/normlab-diagnose" --post-hoc-normalize --compare "$d/gpt/seed1/ckpt.safetensors" \
       "$d/ngpt/seed1/ckpt.safetensors" > "$ROOT/conditioning_posthoc.md"
     cat "$ROOT/conditioning.md" "$ROOT/conditioning_posthoc.md" ;;
   main-v2)
@@ -164,7 +176,7 @@ case $PIECE in
       arm "angpt-mlp-x$m" angpt --angpt-mlp-factor "$m"
     done ;;
   bpe)
-    [ -f data/brown-bpe4096/train.bin ] || ./build/normlab-tokenize --input data/brown.txt --vocab 4096 --out data/brown-bpe4096
+    [ -f data/brown-bpe4096/train.bin ] || "$BIN/normlab-tokenize" --input data/brown.txt --vocab 4096 --out data/brown-bpe4096
     # shellcheck disable=SC2046
     DATA=$PWD/data/brown-bpe4096 ablate --variants gpt_qknorm,gpt,gpt_alpha,ngpt,angpt --seeds 1,2,3 \
       --lr-grid "${GRID_V2:-1e-3,3e-3,1e-2,3e-2}" --sweep-steps "$SWEEP_STEPS" --baselines gpt_qknorm,gpt \
