@@ -368,7 +368,8 @@ TEST_CASE("architecture: checkpoints record the shapes and refuse another, namin
   CHECK(same.params().values() == windowed.params().values());
 
   // A checkpoint written before the fields existed (no n_kv_heads, d_ff,
-  // attn_window, architecture) holds the classic shape and loads into it.
+  // attn_window, architecture, angpt_residual_factor_mult) holds the classic
+  // shape and the multiplier every model then had, 1, and loads into it.
   ModelConfig classic = c;
   classic.n_kv_heads = classic.d_ff = classic.attn_window = 0;
   GPT<double> gpt(classic, 1, 8);
@@ -377,7 +378,9 @@ TEST_CASE("architecture: checkpoints record the shapes and refuse another, namin
   const auto nf = io::SafetensorsFile::open(dir / "new.safetensors");
   io::SafetensorsWriter w;
   for (const auto& [key, value] : nf.metadata())
-    if (key != "n_kv_heads" && key != "d_ff" && key != "attn_window" && key != "architecture") w.set_metadata(key, value);
+    if (key != "n_kv_heads" && key != "d_ff" && key != "attn_window" && key != "architecture" &&
+        key != "angpt_residual_factor_mult")
+      w.set_metadata(key, value);
   std::vector<std::vector<double>> keep;
   for (const std::string& name : nf.names()) {
     keep.push_back(nf.read<double>(name));
@@ -390,6 +393,12 @@ TEST_CASE("architecture: checkpoints record the shapes and refuse another, namin
   load_checkpoint(of, old_back, static_cast<AdamW<double>*>(nullptr));
   CHECK(old_back.params().values() == gpt.params().values());
   CHECK(checkpoint_config(of).kv_heads() == classic.n_head);
+  CHECK(checkpoint_config(of).angpt_residual_factor_mult == 1.0);
+  ModelConfig doubled = classic;
+  doubled.angpt_residual_factor_mult = 2;
+  GPT<double> doubled_gpt(doubled, 1, 8);
+  CHECK_THROWS_WITH(load_checkpoint(of, doubled_gpt, static_cast<AdamW<double>*>(nullptr)),
+                    Catch::Contains("checkpoint has no angpt_residual_factor_mult (written before it existed: 1)"));
   GPT<double> windowed_gpt(c, 1, 8);
   CHECK_THROWS_WITH(load_checkpoint(of, windowed_gpt, static_cast<AdamW<double>*>(nullptr)),
                     Catch::Contains("predates the field"));

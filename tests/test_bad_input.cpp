@@ -256,6 +256,7 @@ TEST_CASE("hazard: a checkpoint records and checks every config value that chang
       {"sz_init", [](ModelConfig& m) { m.sz_init = 2; }},
       {"angpt_attn_factor_mult", [](ModelConfig& m) { m.angpt_attn_factor_mult = 2; }},
       {"angpt_mlp_factor_mult", [](ModelConfig& m) { m.angpt_mlp_factor_mult = 0.5; }},
+      {"angpt_residual_factor_mult", [](ModelConfig& m) { m.angpt_residual_factor_mult = 2; }},
   };
   for (const Change& ch : changes) {
     ModelConfig other = c;

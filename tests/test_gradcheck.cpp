@@ -392,6 +392,80 @@ TEST_CASE("gradcheck: SLERP, theta near 0 (series branch)", "[grad]") {
 }
 TEST_CASE("gradcheck: SLERP, theta near pi", "[grad]") { check_residual<slerp>(false, -1.0, 1e-2); }
 
+// anGPT's residual multiplier m (ModelConfig::angpt_residual_factor_mult): the
+// site's output is exactly m times the m = 1 output, and dh, df and the stored
+// α's gradient are m times theirs (m = 0.5 and 2 are powers of two: every
+// product is exact, so the comparison is bitwise).
+TEST_CASE("lerp_nu: anGPT's residual multiplier scales the output and every gradient exactly", "[grad]") {
+  using Site = lerp_nu::site<double, cpu_backend>;
+  const Vec h = random_vector(N * C, 51), f = random_vector(N * C, 52), dout = random_vector(N * C, 53);
+  auto run = [&](double m, Vec& out, Vec& dh, Vec& df, Vec& dalpha) {
+    ModelConfig mc;
+    mc.n_embd = C;
+    mc.n_head = H;
+    mc.alpha_init = 0.3;
+    mc.base_scale = 1.0 / std::sqrt(double(C));  // 0 would mean "the scheme's default", which only a model resolves
+    mc.angpt_residual_factor_mult = m;
+    ParamStore<double> store;
+    Site site;
+    site.declare(store, "h.0.", "attn", mc);
+    store.finalize();
+    for (std::int64_t j = 0; j < C; ++j) store.value()[j] = mc.base_scale * (0.5 + 0.04 * double(j));
+    Arena<double> counting;
+    site.bind(counting, N, C);
+    Arena<double> arena(counting.used());
+    site.bind(arena, N, C);
+    Vec tmp(4 * C);
+    StepContext<double> c;
+    c.cfg = &mc;
+    c.params = &store;
+    c.values = store.value();
+    c.grads = store.grad();
+    c.alpha_tmp = tmp.data();
+    c.d_alpha = tmp.data() + C;
+    c.d_scale = tmp.data() + 2 * C;
+    out.assign(N * C, 0.0);
+    dh.assign(N * C, 0.0);
+    df.assign(N * C, 0.0);
+    site.forward(c, out.data(), h.data(), f.data(), N, C);
+    site.backward(c, dh.data(), df.data(), dout.data(), out.data(), h.data(), f.data(), N, C);
+    dalpha.assign(store.grad(), store.grad() + C);
+  };
+  Vec o1, dh1, df1, da1;
+  run(1.0, o1, dh1, df1, da1);
+  for (const double m : {0.5, 2.0}) {
+    Vec o, dh, df, da;
+    run(m, o, dh, df, da);
+    auto times = [m](Vec v) {
+      for (double& x : v) x *= m;
+      return v;
+    };
+    INFO("m = " << m);
+    CHECK(o == times(o1));
+    CHECK(dh == times(dh1));
+    CHECK(df == times(df1));
+    CHECK(da == times(da1));
+    CHECK(o != o1);
+  }
+}
+
+// The whole anGPT model with every multiplier off 1 (the paper's sensitivity
+// ablation): the gradients still match the finite differences. The residual's
+// is 2, not 0.5: at 0.5 every residual halves the hidden state, the gradients
+// shrink towards the finite difference's rounding floor (measured: 7e-6
+// relative at the same tolerance's probe), while 2 exercises the same code at
+// 2e-8 (the site's exact scaling by 0.5 and 2 is the test above).
+TEST_CASE("gradcheck: anGPT with its attention, MLP and residual multipliers off 1, whole model", "[grad][model]") {
+  GradcheckShape shape;
+  shape.config.angpt_attn_factor_mult = 2.0;
+  shape.config.angpt_mlp_factor_mult = 0.5;
+  shape.config.angpt_residual_factor_mult = 2.0;
+  for (const TensorGradError& e : check_model_gradients<ANGPT<double>>(43, shape, 48)) {
+    INFO(e.name << ": " << e.rel_error);
+    CHECK(e.rel_error < kGradTol);
+  }
+}
+
 namespace {
 // One SLERP forward with a scalar step a on random rows; returns out and ‖z‖ per row.
 struct SlerpRun {

@@ -12,6 +12,7 @@ common=(--data synthetic --steps 4 --d 64 --layers 2 --heads 2 --seq 32 --batch 
 "$ngpt" "${common[@]}" --out "$work/ngpt_a" --alpha-init 0.25
 "$angpt" "${common[@]}" --out "$work/angpt"
 "$angpt" "${common[@]}" --out "$work/angpt_f" --angpt-attn-factor 0.5 --angpt-mlp-factor 2
+"$angpt" "${common[@]}" --out "$work/angpt_r" --angpt-residual-factor 0.5
 python3 - "$work" <<'PY'
 import json, struct, sys
 w = sys.argv[1]
@@ -24,13 +25,17 @@ def losses(run):
 assert float(meta("ngpt_a")["alpha_init"]) == 0.25 and float(meta("ngpt")["alpha_init"]) == 0.05
 m = meta("angpt_f")
 assert float(m["angpt_attn_factor_mult"]) == 0.5 and float(m["angpt_mlp_factor_mult"]) == 2.0, m
+assert float(m["angpt_residual_factor_mult"]) == 1.0, m
+assert float(meta("angpt_r")["angpt_residual_factor_mult"]) == 0.5, meta("angpt_r")
 # The first step's loss is the same function of the same init where only alpha or a factor after
 # the first forward differs; by the last step the runs must have parted.
 assert losses("ngpt_a")[-1] != losses("ngpt")[-1], (losses("ngpt_a"), losses("ngpt"))
 assert losses("angpt_f")[-1] != losses("angpt")[-1], (losses("angpt_f"), losses("angpt"))
+assert losses("angpt_r")[-1] != losses("angpt")[-1], (losses("angpt_r"), losses("angpt"))
 print("alpha0 and anGPT's factors recorded and effective")
 PY
-for args in "$gpt --alpha-init 0.2" "$ngpt --angpt-mlp-factor 2" "$gpt --angpt-attn-factor 0.5"; do
+for args in "$gpt --alpha-init 0.2" "$ngpt --angpt-mlp-factor 2" "$gpt --angpt-attn-factor 0.5" \
+            "$ngpt --angpt-residual-factor 2"; do
   set +e; $args "${common[@]}" --out "$work/refused" 2> "$work/err.txt"; rc=$?; set -e
   [ "$rc" -eq 2 ] || { echo "$args: exit $rc, expected 2"; exit 1; }
   grep -q "has no" "$work/err.txt" || { echo "$args: no sentence:"; cat "$work/err.txt"; exit 1; }

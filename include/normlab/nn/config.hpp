@@ -67,6 +67,7 @@ struct ModelConfig {
   // the 0.5×/2× sensitivity ablation (docs/angpt.md).
   double angpt_attn_factor_mult = 1.0;
   double angpt_mlp_factor_mult = 1.0;
+  double angpt_residual_factor_mult = 1.0;  // multiplies ν(α) of a ν-scaled residual (lerp_nu)
 
   std::int64_t head_dim() const { return n_embd / n_head; }
   std::int64_t kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_head; }

@@ -151,9 +151,18 @@ struct residual_site {
     if constexpr (Rule::learned_alpha) alpha.declare(p, prefix + std::string(where) + "_alpha", cfg);
   }
   void bind(Arena<T>& ar, std::int64_t N, std::int64_t C) { cache.bind(ar, N, C); }
+  // A ν-scaled rule's ν(α) times ModelConfig::angpt_residual_factor_mult (anGPT's
+  // 0.5x/2x ablation; 1 runs nothing extra). The output is linear in ν, and the
+  // kernels' backward reads h, f and dout, not the output, so the multiplier
+  // scales the output and then dh, df and dα.
+  static double nu_mult(const StepContext<T>& c) {
+    if constexpr (Rule::nu_scaled) return c.cfg->angpt_residual_factor_mult;
+    else return 1.0;
+  }
   void forward(StepContext<T>& c, T* out, const T* h, const T* f, std::int64_t N, std::int64_t C) {
     if constexpr (Rule::learned_alpha) alpha.template effective<Backend>(c, c.alpha_tmp);
     Ops::forward(cache, out, h, f, c.alpha_tmp, N, C);
+    if (const double m = nu_mult(c); m != 1.0) Backend::scale(out, N * C, T(m));
   }
   void backward(StepContext<T>& c, T* dh, T* df, const T* dout, const T* out, const T* h, const T* f,
                 std::int64_t N, std::int64_t C) {
@@ -162,6 +171,11 @@ struct residual_site {
       Backend::fill(c.d_alpha, C, T(0));
     }
     Ops::backward(dh, df, c.d_alpha, dout, cache, out, h, f, c.alpha_tmp, N, C);
+    if (const double m = nu_mult(c); m != 1.0) {
+      Backend::scale(dh, N * C, T(m));
+      Backend::scale(df, N * C, T(m));
+      if constexpr (Rule::learned_alpha) Backend::scale(c.d_alpha, C, T(m));
+    }
     if constexpr (Rule::learned_alpha) alpha.template grad_to_stored<Backend>(c, c.d_alpha, c.d_scale);
   }
 };

@@ -159,6 +159,12 @@ void load_checkpoint(const io::SafetensorsFile& f, Model& model, Opt* opt) {
   // The real-valued config: a model built with another eps, RoPE base, scale
   // init or anGPT multiplier computes another function from the same weights.
   for (const auto& [key, field] : checkpoint_real_fields()) {
+    if (const auto legacy = checkpoint_real_legacy(key); !f.metadata().count(key) && legacy) {
+      if (*legacy != c.*field)
+        throw Error(f.source() + ": checkpoint has no " + key + " (written before it existed: " +
+                    exact_string(*legacy) + "), the model has " + exact_string(c.*field));
+      continue;
+    }
     if (!f.metadata().count(key))
       throw Error(f.source() + ": checkpoint lacks metadata '" + key +
                   "' (written before normlab recorded the whole model config), so it cannot be checked "

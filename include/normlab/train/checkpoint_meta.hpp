@@ -7,8 +7,10 @@
 #include <cmath>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <utility>
 #include <vector>
@@ -70,8 +72,16 @@ inline const std::vector<std::pair<const char*, double ModelConfig::*>>& checkpo
       {"suv_init", &ModelConfig::suv_init},
       {"sz_init", &ModelConfig::sz_init},
       {"angpt_attn_factor_mult", &ModelConfig::angpt_attn_factor_mult},
-      {"angpt_mlp_factor_mult", &ModelConfig::angpt_mlp_factor_mult}};
+      {"angpt_mlp_factor_mult", &ModelConfig::angpt_mlp_factor_mult},
+      {"angpt_residual_factor_mult", &ModelConfig::angpt_residual_factor_mult}};
   return f;
+}
+
+// A real field added after checkpoints existed: absent from an older checkpoint,
+// whose model computed with this value.
+inline std::optional<double> checkpoint_real_legacy(std::string_view key) {
+  if (key == "angpt_residual_factor_mult") return 1.0;
+  return std::nullopt;
 }
 
 // The integer shape fields beyond the four classic ones, resolved (0 → the
@@ -97,7 +107,10 @@ inline ModelConfig checkpoint_config(const io::SafetensorsFile& f) {
   if (f.metadata().count("positions") && !parse_positions(f.metadata_value("positions"), c.positions))
     throw Error(f.source() + ": checkpoint's positions '" + f.metadata_value("positions") +
                 "' is none of rope, none, learned");
-  for (const auto& [key, field] : checkpoint_real_fields()) c.*field = checkpoint_double(f, key);
+  for (const auto& [key, field] : checkpoint_real_fields()) {
+    const auto legacy = checkpoint_real_legacy(key);
+    c.*field = !f.metadata().count(key) && legacy ? *legacy : checkpoint_double(f, key);
+  }
   return c;
 }
 // The context length the model was built for (anGPT's attention factor depends on

@@ -116,6 +116,9 @@ void check_model_flags(const TrainOptions& o, const VariantEntry<Backend>& v) {
   if ((o.angpt_attn_factor > 0 || o.angpt_mlp_factor > 0) && !v.approximate_factors)
     throw Error(std::string(o.angpt_attn_factor > 0 ? "--angpt-attn-factor" : "--angpt-mlp-factor") + ": " +
                 std::string(v.name) + " has no anGPT output factors (only the anGPT variants do)");
+  if (o.angpt_residual_factor > 0 && !v.nu_scaled_residual)
+    throw Error("--angpt-residual-factor: " + std::string(v.name) + " has no nu(alpha)-scaled residual (only the "
+                "anGPT variants' lerp_nu has one)");
 }
 
 // train_main's body (driver.hpp), for any variant on this backend and communicator.

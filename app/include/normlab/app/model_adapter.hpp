@@ -84,6 +84,7 @@ VariantEntry<Backend> variant_entry() {
   if constexpr (requires(ModelConfig& mc) { Tag::configure(mc); }) e.configure = &Tag::configure;
   e.learns_alpha = rule_learns_alpha<typename Model::residual>();
   e.approximate_factors = Model::scheme::output_factors::approximate;
+  e.nu_scaled_residual = rule_nu_scaled<typename Model::residual>();
   e.plan_memory = &plan_run_memory<Model>;
   e.make = +[](const ModelConfig& mc, std::int64_t batch, std::int64_t seq) -> std::unique_ptr<ModelHandle<Backend>> {
     return std::make_unique<ModelAdapter<Model>>(mc, batch, seq);

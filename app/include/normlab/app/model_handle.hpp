@@ -67,7 +67,8 @@ struct VariantEntry {
   void (*apply_defaults)(TrainOptions&) = nullptr;  // the papers' warmup and weight decay
   void (*configure)(ModelConfig&) = nullptr;        // the variant's own architecture (kv heads, d_ff, window), if any
   bool learns_alpha = false;         // its residual rule has a learned step α (--alpha-init)
-  bool approximate_factors = false;  // its output factors are anGPT's (--angpt-*-factor)
+  bool approximate_factors = false;  // its output factors are anGPT's (--angpt-attn-factor, --angpt-mlp-factor)
+  bool nu_scaled_residual = false;   // its residual rule scales by ν(α) (--angpt-residual-factor)
   RunMemory (*plan_memory)(const ModelConfig&, const TrainOptions&) = nullptr;
   std::unique_ptr<ModelHandle<Backend>> (*make)(const ModelConfig&, std::int64_t batch, std::int64_t seq) = nullptr;
   std::string (*sample)(const SampleOptions&) = nullptr;  // on the CPU, from a checkpoint

@@ -35,6 +35,7 @@ struct TrainOptions {
   double alpha_init = -1;            // -1: ModelConfig's (0.05); the learned residual step's initial α
   double angpt_attn_factor = -1;     // -1: 1; multiplies anGPT's attention output factor
   double angpt_mlp_factor = -1;      // -1: 1; multiplies anGPT's MLP output factor
+  double angpt_residual_factor = -1;  // -1: 1; multiplies anGPT's residual ν(α)
   double lr = 0;                     // 0: the variant's default (variants.hpp), or the checkpoint's on resume
   double min_lr = -1;                // -1: lr / 10
   std::int64_t warmup = -1;          // -1: the variant's default
@@ -58,6 +59,7 @@ struct TrainOptions {
   std::int64_t eval_every = 50;
   std::int64_t eval_batches = 8;
   std::int64_t ckpt_every = 100;
+  std::int64_t snapshot_every = 0;   // 0: none; else a kept copy every N steps (OUT/snapshots/step<N>.safetensors)
   std::string out;                   // default runs/<variant>
   bool resume = false;
   bool overwrite = false;            // replace an existing run in --out
@@ -236,6 +238,7 @@ inline ModelConfig model_config(const TrainOptions& o, std::int64_t vocab,
   if (o.alpha_init > 0) mc.alpha_init = o.alpha_init;
   if (o.angpt_attn_factor > 0) mc.angpt_attn_factor_mult = o.angpt_attn_factor;
   if (o.angpt_mlp_factor > 0) mc.angpt_mlp_factor_mult = o.angpt_mlp_factor;
+  if (o.angpt_residual_factor > 0) mc.angpt_residual_factor_mult = o.angpt_residual_factor;
   return mc;
 }
 }  // namespace detail

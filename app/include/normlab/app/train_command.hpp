@@ -71,6 +71,9 @@ inline void add_model_and_data_flags(CLI::App& app, TrainOptions& o) {
   app.add_option("--angpt-mlp-factor", o.angpt_mlp_factor,
                  "anGPT variants: multiplies the MLP output's constant factor (the paper's 0.5x/2x ablation; default 1)")
       ->check(real(0, true, 100));
+  app.add_option("--angpt-residual-factor", o.angpt_residual_factor,
+                 "anGPT variants: multiplies the residual's nu(alpha) (the paper's 0.5x/2x ablation; default 1)")
+      ->check(real(0, true, 100));
 }
 
 inline void add_optimizer_flags(CLI::App& app, TrainOptions& o, RawTrainFlags& raw, std::string_view variant,
@@ -137,6 +140,10 @@ inline void add_run_flags(CLI::App& app, TrainCommand& cmd, RawTrainFlags& raw) 
   app.add_option("--eval-every", o.eval_every, "steps between validations")->capture_default_str()->check(non_negative_integer());
   app.add_option("--eval-batches", o.eval_batches, "validation batches")->capture_default_str()->check(positive_integer());
   app.add_option("--ckpt-every", o.ckpt_every, "steps between checkpoints")->capture_default_str()->check(non_negative_integer());
+  app.add_option("--snapshot-every", o.snapshot_every,
+                 "also keep the checkpoint every N steps as OUT/snapshots/step<N>.safetensors (e.g. for "
+                 "normlab-diagnose over training; 0: none)")
+      ->capture_default_str()->check(non_negative_integer());
   app.add_option("--out", o.out, "run directory (default runs/<variant>)");
   app.add_flag("--resume", o.resume, "continue from OUT/ckpt.safetensors");
   app.add_flag("--overwrite", o.overwrite, "replace a run already in OUT (without it, an existing run is refused)");

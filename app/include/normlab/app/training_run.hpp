@@ -110,6 +110,7 @@ class TrainingRun {
                     (fs::exists(ckpt_) ? ckpt_ : summary_path_).string() +
                     "): pass --resume to continue it, or --overwrite to replace it");
       for (const fs::path& p : {ckpt_, summary_path_, metrics_path_}) fs::remove(p);
+      fs::remove_all(fs::path(o_.out) / "snapshots");  // the replaced run's, not this one's
     }
     comm_.barrier();  // rank 0 has refused or cleared --out before any rank reads it
   }
@@ -254,7 +255,28 @@ class TrainingRun {
                 std::to_string(planned));
   }
 
-  void save(std::int64_t steps_done) {
+  // Where --snapshot-every keeps the checkpoint of step `done`.
+  std::filesystem::path snapshot_path(std::int64_t done) const {
+    return std::filesystem::path(o_.out) / "snapshots" / ("step" + std::to_string(done) + ".safetensors");
+  }
+
+  // The checkpoint, and a kept copy of it on a --snapshot-every step: the same
+  // bytes as ckpt.safetensors when both fall on one step (copied, then renamed
+  // into place, so a snapshot is never half written).
+  void save_due(std::int64_t done, bool ckpt_now) {
+    namespace fs = std::filesystem;
+    const bool snap_now = o_.snapshot_every > 0 && done % o_.snapshot_every == 0;
+    if (ckpt_now) save(done, ckpt_);
+    if (!snap_now) return;
+    if (!ckpt_now) return save(done, snapshot_path(done));
+    if (!lead_) return;
+    const fs::path dest = snapshot_path(done), tmp = fs::path(dest).concat(".tmp");
+    fs::create_directories(dest.parent_path());
+    fs::copy_file(ckpt_, tmp, fs::copy_options::overwrite_existing);
+    fs::rename(tmp, dest);
+  }
+
+  void save(std::int64_t steps_done, const std::filesystem::path& path) {
     // The ranks compare the host copy of the parameters: bring it up to date first.
     if constexpr (!Backend::host_memory)
       if (dp_->distributed()) model().download_params();
@@ -274,7 +296,8 @@ class TrainingRun {
     // Where the ids' text lives, for --sample (not run.*: moving the file
     // does not change the run).
     if (!td_.tokenizer.empty()) meta["data.tokenizer"] = td_.tokenizer;
-    model().save(ckpt_, whole ? &*whole : &*opt_, meta);
+    if (path != ckpt_) std::filesystem::create_directories(path.parent_path());
+    model().save(path, whole ? &*whole : &*opt_, meta);
   }
 
   double evaluate() {
@@ -362,7 +385,7 @@ class TrainingRun {
     if (lead_) metrics_ << line.dump() << '\n' << std::flush;
     print_progress(done, loss, dt, eval_now);
     const bool stop_now = o_.stop_at > 0 && done == o_.stop_at;
-    if ((o_.ckpt_every > 0 && done % o_.ckpt_every == 0) || done == o_.steps || stop_now) save(done);
+    save_due(done, (o_.ckpt_every > 0 && done % o_.ckpt_every == 0) || done == o_.steps || stop_now);
     if (!stop_now) return Outcome::trained;
     if (!o_.quiet) std::printf("stopped after step %lld (--stop-at); resume with --resume\n", (long long)done);
     return Outcome::stopped_at;
