@@ -12,17 +12,21 @@
 #   bash scripts/fair-study.sh precision   # gpt, gpt_qknorm, ngpt, angpt in bf16 beside fp32: 3 seeds, main's lrs
 #                                          #   (fp32 runs shared from main and others; gpt_qknorm's seeds 2, 3 added)
 #   bash scripts/fair-study.sh conditioning  # normlab-diagnose --compare on main's checkpoints (seed 1)
+#   bash scripts/fair-study.sh conditioning-v2  # main-v2's seed-1 runs again, a checkpoint kept every 20% of
+#                                          #   training, each diagnosed with the embeddings counted over the tokens
+#                                          #   the training split holds
 #   bash scripts/fair-study.sh main-v2     # GPT+ (gpt_qknorm) as the baseline, plain GPT beside it; gpt_alpha,
 #                                          #   ngpt, angpt: 5 seeds; grid 1e-3..3e-2 extended past an edge winner,
 #                                          #   its best two rates re-checked at the full 1500 steps
 #   bash scripts/fair-study.sh budgets     # gpt_qknorm, ngpt, angpt at 0.25, 0.5, 1 of the steps as separate runs, 3 seeds
 #   bash scripts/fair-study.sh cross       # one change at a time, 3 seeds each: gpt without warmup and decay, ngpt
-#                                          #   with GPT's, ngpt with alpha0 = 1/L, angpt's factors x0.5 and x2
+#                                          #   with GPT's, ngpt with alpha0 = 1/L, angpt's attention, MLP and
+#                                          #   residual factors x0.5 and x2
 #   bash scripts/fair-study.sh bpe         # main-v2's variants on BPE-4096 tokens of the same text (3 seeds), and
 #                                          #   gpt_qknorm vs ngpt at d = 256, 8 layers, T = 512 tokens (1 seed)
 #   bash scripts/fair-study.sh optimizers  # gpt, gpt_qknorm, ngpt, angpt under muon+cosine and adamw+wsd, 3 seeds
 #                                          #   (adamw+cosine: main-v2's seeds 1-3); Muon's rate swept per variant
-#                                          #   beside main-v2's --lr, WSD's --lr swept; optimizers.md compares them
+#                                          #   beside main-v2's --lr, WSD at main-v2's rates; optimizers.md compares them
 #   bash scripts/fair-study.sh timing      # re-time every piece's variants interleaved (nothing else may run)
 #   bash scripts/fair-study.sh archive     # every finished run's record (no checkpoints) into studies/fair/:
 #                                          #   reports, JSON and plots as files, each piece's runs in runs.tar.xz
@@ -34,7 +38,7 @@
 # DIR does not exist yet), so that rebuilding build/ meanwhile cannot touch a running study.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PIECE=${1:?"usage: bash scripts/fair-study.sh main|others|context|precision|conditioning|main-v2|budgets|cross|bpe|optimizers|timing|archive|restore"}
+PIECE=${1:?"usage: bash scripts/fair-study.sh main|others|context|precision|conditioning|conditioning-v2|main-v2|budgets|cross|bpe|optimizers|timing|archive|restore"}
 ROOT=runs/fair
 ARCHIVE=studies/fair
 # What a study keeps of a run for its report and a resumed study: the records, not the checkpoints.
@@ -150,6 +154,24 @@ case $PIECE in
     "$BIN/normlab-diagnose" --post-hoc-normalize --compare "$d/gpt/seed1/ckpt.safetensors" \
       "$d/ngpt/seed1/ckpt.safetensors" > "$ROOT/conditioning_posthoc.md"
     cat "$ROOT/conditioning.md" "$ROOT/conditioning_posthoc.md" ;;
+  conditioning-v2)
+    [ -f "$ROOT/main-v2/sweep.json" ] || { echo "fair-study: run 'main-v2' first (its learning rates are used)" >&2; exit 2; }
+    V=gpt_qknorm,gpt,gpt_alpha,ngpt,angpt
+    d=$ROOT/conditioning-v2
+    # The same flags and seed as main-v2's seed 1 (the same bits: its final losses must match).
+    # shellcheck disable=SC2046
+    TIMING_ROUNDS=0 ablate --variants $V --seeds 1 --lrs "$(lrs_of "$ROOT/main-v2" $V)" --baselines gpt_qknorm,gpt \
+      --out "$d" -- $(flags 256) --snapshot-every 300
+    args=()
+    for step in 300 600 900 1200 1500; do
+      files=()
+      for v in ${V//,/ }; do files+=("$d/$v/seed1/snapshots/step$step.safetensors"); done
+      "$BIN/normlab-diagnose" --compare "${files[@]}" --data "${DATA:-brown}" --data-dir "$PWD/data" --batches 2 \
+        > "$d/conditioning_step$step.md"
+      args+=("$step=$d/conditioning_step$step.md")
+    done
+    /usr/bin/env python3 scripts/conditioning-table.py "${args[@]}" > "$d/conditioning_over_training.md"
+    cat "$d/conditioning_over_training.md" ;;
   main-v2)
     # shellcheck disable=SC2046
     ablate --variants gpt_qknorm,gpt,gpt_alpha,ngpt,angpt --seeds 1,2,3,4,5 --lr-grid "${GRID_V2:-1e-3,3e-3,1e-2,3e-2}" \
@@ -174,6 +196,7 @@ case $PIECE in
     for m in 0.5 2; do
       arm "angpt-attn-x$m" angpt --angpt-attn-factor "$m"
       arm "angpt-mlp-x$m" angpt --angpt-mlp-factor "$m"
+      arm "angpt-residual-x$m" angpt --angpt-residual-factor "$m"
     done ;;
   bpe)
     [ -f data/brown-bpe4096/train.bin ] || "$BIN/normlab-tokenize" --input data/brown.txt --vocab 4096 --out data/brown-bpe4096
@@ -193,10 +216,11 @@ case $PIECE in
     ablate --variants $V --seeds 1,2,3 --lrs "$(lrs_of "$ROOT/main-v2" $V)" --sweep-flag --muon-lr \
       --lr-grid "${MUON_GRID:-1e-2,3e-2,1e-1}" --sweep-steps "$SWEEP_STEPS" --baselines gpt_qknorm,gpt \
       --out "$ROOT/opt-muon-cosine" -- $(flags 256) --optimizer muon
-    # Warmup-stable-decay (the last 20% of the steps decaying linearly to lr/10), the rate swept again.
+    # Warmup-stable-decay (the last 20% of the steps decaying linearly to lr/10) at AdamW's swept peak
+    # rates (main-v2's, as WSD studies compare schedules at one peak rate; not swept again for WSD).
     # shellcheck disable=SC2046
-    ablate --variants $V --seeds 1,2,3 --lr-grid "${GRID_V2:-1e-3,3e-3,1e-2,3e-2}" --sweep-steps "$SWEEP_STEPS" \
-      --baselines gpt_qknorm,gpt --out "$ROOT/opt-adamw-wsd" -- $(flags 256) --schedule wsd
+    ablate --variants $V --seeds 1,2,3 --lrs "$(lrs_of "$ROOT/main-v2" $V)" --baselines gpt_qknorm,gpt \
+      --out "$ROOT/opt-adamw-wsd" -- $(flags 256) --schedule wsd
     /usr/bin/env python3 scripts/optimizer-table.py $V 1,2,3 "adamw+cosine=$ROOT/main-v2" \
       "muon+cosine=$ROOT/opt-muon-cosine" "adamw+wsd=$ROOT/opt-adamw-wsd" > "$ROOT/optimizers.md"
     cat "$ROOT/optimizers.md" ;;
@@ -218,5 +242,5 @@ PY
       eval "ablate --out $ROOT/$p $(cat "$ROOT/$p/.rerun")" > /dev/null
       echo "fair-study: timed $p"
     done ;;
-  *) echo "fair-study: unknown piece '$PIECE' (main, others, context, precision, conditioning, main-v2, budgets, cross, bpe, optimizers, timing, archive, restore)" >&2; exit 2 ;;
+  *) echo "fair-study: unknown piece '$PIECE' (main, others, context, precision, conditioning, conditioning-v2, main-v2, budgets, cross, bpe, optimizers, timing, archive, restore)" >&2; exit 2 ;;
 esac

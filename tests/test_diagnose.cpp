@@ -366,6 +366,63 @@ TEST_CASE("diagnose: hidden-state norms and attention entropy on data") {
   CHECK_THROWS_WITH(diag::diagnose(m64, opt, &td), Contains("vocabulary"));
 }
 
+TEST_CASE("diagnose: with data, the embedding figures count only the tokens its training split holds") {
+  ModelConfig c = tiny_config();
+  c.vocab_size = 256;
+  c.base_scale = 1.0 / std::sqrt(32.0);
+  GPT<double> model(c, 1, 16);
+  model.init(4);
+  // Training text of four distinct tokens; the validation split holds a fifth,
+  // which is not counted (the model never trained on it).
+  data::TokenData td;
+  td.vocab_size = 256;
+  const std::vector<std::int64_t> seen = {3, 7, 11, 200};
+  for (int i = 0; i < 400; ++i) td.train.push_back(std::uint16_t(seen[std::size_t(i) % 4]));
+  td.val.assign(64, 9);
+  // Rows never looked up, made far larger than the rest: counted, they would set
+  // the maximum norm and dominate the covariance.
+  auto& store = model.params();
+  for (const char* name : {"transformer.wte.weight", "lm_head.weight"}) {
+    double* w = store.value(store.spec(name).offset);
+    for (std::int64_t row = 0; row < 256; ++row)
+      if (std::find(seen.begin(), seen.end(), row) == seen.end())
+        for (std::int64_t k = 0; k < 32; ++k) w[row * 32 + k] *= 100.0;
+  }
+  const diag::Report all = diag::diagnose(model);
+  const diag::Report counted = diag::diagnose(model, {}, &td);
+  CHECK_FALSE(all.embedding_rows_seen);
+  CHECK(all.wte.rows_counted == 256);
+  CHECK(counted.embedding_rows_seen);
+  CHECK(counted.wte.rows_counted == 4);
+  CHECK(counted.lm_head.rows_counted == 4);
+  // The figures equal those of the four rows alone.
+  const Eigen::MatrixXd E = diag::param_matrix(store, "transformer.wte.weight");
+  Eigen::MatrixXd rows(4, 32);
+  for (int i = 0; i < 4; ++i) rows.row(i) = E.row(seen[std::size_t(i)]);
+  const diag::EmbeddingReport ref = diag::detail::embedding_report("wte", rows);
+  CHECK(counted.wte.row_norms.max == ref.row_norms.max);
+  CHECK(counted.wte.row_norms.min == ref.row_norms.min);
+  CHECK(counted.wte.covariance.condition_number == ref.covariance.condition_number);
+  CHECK(all.wte.row_norms.max > 10 * counted.wte.row_norms.max);
+  // Four rows span at most 3 directions of d = 32: the full covariance is singular
+  // (condition ∞), its conditioning within the rows' span is finite; with more
+  // rows than d the two are the same number.
+  CHECK(std::isinf(counted.wte.covariance.condition_number));
+  CHECK(std::isfinite(counted.wte.covariance.span_condition_number));
+  CHECK(counted.wte.covariance.span_condition_number ==
+        counted.wte.covariance.eigenvalues.values[0] / counted.wte.covariance.eigenvalues.values[2]);
+  CHECK(all.wte.covariance.span_condition_number == all.wte.covariance.condition_number);
+  // The reports say which rows they count.
+  const nlohmann::json j = nlohmann::json::parse(diag::to_json(counted).dump());
+  CHECK(j["embeddings"]["wte"]["rows_counted"] == 4);
+  CHECK(j["embeddings"]["rows"] == "tokens occurring in the data's training split");
+  CHECK_THAT(diag::compare_markdown({all, counted}),
+             Contains("| embedding rows counted | 256 (all) | 4 (seen in training) |"));
+  CHECK_THAT(diag::format_table(counted), Contains("over 4 of 256 rows (the tokens that occur"));
+  td.train.assign(10, 3);  // one distinct token: no spread or covariance to speak of
+  CHECK_THROWS_WITH(diag::diagnose(model, {}, &td), Contains("fewer than 2 distinct tokens"));
+}
+
 TEST_CASE("diagnose: files that are not usable checkpoints give an error naming the file") {
   ScratchDir tmp;
   NGPT<float> model(tiny_config(), 1, 16);

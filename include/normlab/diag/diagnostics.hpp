@@ -124,6 +124,7 @@ struct MatrixReport {
 
 struct EmbeddingReport {
   std::string tensor;
+  std::int64_t rows_counted = 0;  // the rows the figures are over (see Report::embedding_rows_seen)
   NormStats row_norms;
   CovarianceSpectrum covariance;
 };
@@ -169,6 +170,10 @@ struct Report {
   bool constrained = false;  // the variant keeps its matrices' norms (nGPT: unit; anGPT: bounded)
   std::vector<MatrixReport> matrices;  // layer-major, matrix_types() order within a layer
   EmbeddingReport wte, lm_head;
+  // With data: the embedding figures count only the rows of tokens that occur in
+  // its training split. A row never looked up (or predicted) keeps its init,
+  // which would weigh in the spread and the conditioning as if it were trained.
+  bool embedding_rows_seen = false;
   std::vector<AxisNormReport> axis_norms;
   std::vector<ScaleReport> scales;
   std::optional<ActivityReport> activity;
@@ -208,12 +213,27 @@ inline MatrixReport matrix_report(std::string type, std::string tensor, std::int
   return r;
 }
 
-inline EmbeddingReport embedding_report(const std::string& tensor, const Eigen::MatrixXd& E) {
+// Over the rows `rows` of E (every row when empty).
+inline EmbeddingReport embedding_report(const std::string& tensor, const Eigen::MatrixXd& E,
+                                        const std::vector<std::int64_t>& rows = {}) {
   EmbeddingReport r;
   r.tensor = tensor;
-  r.row_norms = row_norm_stats(E);
-  r.covariance = covariance_spectrum(E);
+  const Eigen::MatrixXd S = rows.empty() ? E : Eigen::MatrixXd(E(rows, Eigen::all));
+  r.rows_counted = S.rows();
+  r.row_norms = row_norm_stats(S);
+  r.covariance = covariance_spectrum(S);
   return r;
+}
+
+// The distinct token ids of `tokens`, ascending (each below `vocab`).
+inline std::vector<std::int64_t> tokens_occurring(const std::vector<std::uint16_t>& tokens, std::int64_t vocab) {
+  std::vector<char> seen(static_cast<std::size_t>(vocab), 0);
+  for (const std::uint16_t t : tokens)
+    if (t < vocab) seen[t] = 1;
+  std::vector<std::int64_t> rows;
+  for (std::int64_t i = 0; i < vocab; ++i)
+    if (seen[static_cast<std::size_t>(i)]) rows.push_back(i);
+  return rows;
 }
 
 template <class Model>
@@ -313,8 +333,17 @@ Report diagnose(Model& model, const DiagnoseOptions& opt = {}, const data::Token
     if (store.spec(p + "c_fc.weight").shape.at(0) == 2 * F) add("W_fc_gate", p + "c_fc.weight", F, F);
     add("W_proj", p + "mlp_c_proj.weight");
   }
-  r.wte = detail::embedding_report("transformer.wte.weight", param_matrix(store, "transformer.wte.weight"));
-  r.lm_head = detail::embedding_report("lm_head.weight", param_matrix(store, "lm_head.weight"));
+  std::vector<std::int64_t> rows;
+  if (td) {
+    if (td->vocab_size > c.vocab_size)
+      throw Error("the data's vocabulary (" + std::to_string(td->vocab_size) + ") is larger than the model's (" +
+                  std::to_string(c.vocab_size) + ")");
+    rows = detail::tokens_occurring(td->train, c.vocab_size);
+    if (rows.size() < 2) throw Error("diagnose: the data's training split holds fewer than 2 distinct tokens");
+    r.embedding_rows_seen = true;
+  }
+  r.wte = detail::embedding_report("transformer.wte.weight", param_matrix(store, "transformer.wte.weight"), rows);
+  r.lm_head = detail::embedding_report("lm_head.weight", param_matrix(store, "lm_head.weight"), rows);
 
   for (const ParamSpec& s : store.specs()) {
     if (s.axis != NormAxis::none) {

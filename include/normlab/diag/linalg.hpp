@@ -132,6 +132,11 @@ inline Eigen::MatrixXd covariance(const Eigen::MatrixXd& X) {
 struct CovarianceSpectrum {
   Spectrum eigenvalues;
   double condition_number = std::nan("");
+  // λ_max / λ_r with r = min(d, n − 1), the most directions n centered rows can
+  // span: the conditioning within the rows' own span. Equal to condition_number
+  // when n > d; finite where that one is ∞ only because there are few rows (e.g.
+  // the 85 byte values of an English text in d = 128).
+  double span_condition_number = std::nan("");
 };
 
 NORMLAB_DIAG_SOLVER CovarianceSpectrum covariance_spectrum(const Eigen::MatrixXd& X);
@@ -158,6 +163,9 @@ NORMLAB_DIAG_SOLVER CovarianceSpectrum covariance_spectrum(const Eigen::MatrixXd
   std::sort(out.eigenvalues.values.begin(), out.eigenvalues.values.end(), std::greater<double>());
   const double lo = out.eigenvalues.min(), hi = out.eigenvalues.max();
   out.condition_number = lo > 0 ? hi / lo : std::numeric_limits<double>::infinity();
+  const std::size_t r = std::min<std::size_t>(out.eigenvalues.values.size(), std::size_t(std::max<Eigen::Index>(X.rows() - 1, 0)));
+  const double lo_span = r > 0 ? out.eigenvalues.values[r - 1] : 0.0;
+  out.span_condition_number = lo_span > 0 ? hi / lo_span : std::numeric_limits<double>::infinity();
   return out;
 }
 #endif

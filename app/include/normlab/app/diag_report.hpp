@@ -78,11 +78,15 @@ inline nlohmann::json to_json(const Report& r) {
   j["layers"] = layers;
   auto emb = [](const EmbeddingReport& e) {
     return json{{"tensor", e.tensor},
+                {"rows_counted", e.rows_counted},
                 {"row_norms", detail::stats_json(e.row_norms)},
                 {"covariance_condition_number", e.covariance.condition_number},
+                {"covariance_span_condition_number", e.covariance.span_condition_number},
                 {"covariance_eigenvalues", e.covariance.eigenvalues.values}};
   };
-  j["embeddings"] = {{"wte", emb(r.wte)}, {"lm_head", emb(r.lm_head)}};
+  j["embeddings"] = {{"wte", emb(r.wte)},
+                     {"lm_head", emb(r.lm_head)},
+                     {"rows", r.embedding_rows_seen ? "tokens occurring in the data's training split" : "all"}};
   json axes = json::array();
   for (const auto& a : r.axis_norms)
     axes.push_back({{"tensor", a.tensor}, {"axis", detail::axis_name(a.axis)}, {"norms", detail::stats_json(a.norms)}});
@@ -128,6 +132,7 @@ inline std::vector<std::pair<std::string, double>> headline(const Report& r) {
     h.push_back({n + " row norm max", e->row_norms.max});
     h.push_back({n + " row norm spread (max-min)", e->row_norms.spread()});
     h.push_back({n + " covariance condition number", e->covariance.condition_number});
+    h.push_back({n + " covariance condition number (the rows' span)", e->covariance.span_condition_number});
   }
   for (const std::string& t : matrix_types()) {
     double cs = 0, es = 0;
@@ -196,6 +201,10 @@ inline std::string compare_markdown(const std::vector<Report>& reports) {
   for (const auto& r : reports)
     out.append(" ").append(std::to_string(r.n_embd)).append(" / ").append(std::to_string(r.n_layer))
         .append(" / ").append(std::to_string(r.n_head)).append(" / ").append(std::to_string(r.vocab_size)).append(" |");
+  out += "\n| embedding rows counted |";
+  for (const auto& r : reports)
+    out.append(" ").append(std::to_string(r.wte.rows_counted)).append(r.embedding_rows_seen ? " (seen in training)" : " (all)")
+        .append(" |");
   out += "\n";
   std::vector<std::vector<std::pair<std::string, double>>> rows;
   for (const auto& r : reports) rows.push_back(headline(r));
@@ -233,7 +242,9 @@ inline std::string format_table(const Report& r) {
          rpad(num(m.singular_values.min()), 11) + rpad(num(m.condition_number), 11) +
          rpad(num(m.effective_rank), 10) + rpad(std::to_string(std::min(m.rows, m.cols)), 6));
   line("");
-  line("Embeddings: row norms, and eigenvalues of the d x d covariance of the centered rows");
+  line("Embeddings: row norms, and eigenvalues of the d x d covariance of the centered rows, over " +
+       std::to_string(r.wte.rows_counted) + " of " + std::to_string(r.vocab_size) + " rows" +
+       (r.embedding_rows_seen ? " (the tokens that occur in the data's training split)" : " (all; --data counts only the tokens it holds)"));
   line(pad("tensor", 24) + rpad("min", 9) + rpad("q1", 9) + rpad("median", 9) + rpad("q3", 9) + rpad("max", 9) +
        rpad("spread", 9) + rpad("cov_cond", 11) + rpad("eig_max", 11) + rpad("eig_min", 11));
   for (const EmbeddingReport* e : {&r.wte, &r.lm_head}) {
