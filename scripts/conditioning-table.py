@@ -6,7 +6,6 @@ one step. Prints, per figure the paper makes a claim about, one row per variant 
 step, so a reader sees whether a difference between variants holds all along training or only at
 its end.
 """
-import re
 import sys
 
 FIGURES = [
