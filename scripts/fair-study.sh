@@ -4,7 +4,7 @@
 # Brown corpus, byte tokens, d = 128, 4 layers, 4 heads, 2048 tokens a step,
 # 1500 steps; each variant at its own learning rate, chosen by normlab-ablate's
 # sweep (--lr-grid, 300 steps, seed 1); time to target from step times measured
-# interleaved across the variants of a piece (normlab-ablate --timing-rounds).
+# interleaved across the variants of a piece, step by step (normlab-ablate --timing-rounds).
 #
 #   bash scripts/fair-study.sh main        # gpt, gpt_alpha, ngpt, angpt: 3 seeds each, T = 256
 #   bash scripts/fair-study.sh others      # the other six variants, 1 seed, T = 256 (gpt's runs shared from main)
@@ -27,7 +27,8 @@
 #   bash scripts/fair-study.sh optimizers  # gpt, gpt_qknorm, ngpt, angpt under muon+cosine and adamw+wsd, 3 seeds
 #                                          #   (adamw+cosine: main-v2's seeds 1-3); Muon's rate swept per variant
 #                                          #   beside main-v2's --lr, WSD at main-v2's rates; optimizers.md compares them
-#   bash scripts/fair-study.sh timing      # re-time every piece's variants interleaved (nothing else may run)
+#   bash scripts/fair-study.sh timing      # re-time every piece's variants, step by step (nothing else may run;
+#                                          #   TIMING_PIECES="main-v2 budgets" picks pieces)
 #   bash scripts/fair-study.sh archive     # every finished run's record (no checkpoints) into studies/fair/:
 #                                          #   reports, JSON and plots as files, each piece's runs in runs.tar.xz
 #   bash scripts/fair-study.sh restore     # studies/fair/ (archives unpacked) back into runs/fair/ (a new work tree continues)
@@ -226,7 +227,8 @@ case $PIECE in
     cat "$ROOT/optimizers.md" ;;
   timing)
     # Every run finished: each rerun only times (interleaved) and re-makes the report.
-    for p in main others ctx64 ctx1024 main-v2 budgets opt-muon-cosine opt-adamw-wsd; do
+    # TIMING_PIECES picks some (e.g. "main-v2 budgets"): each retimed piece's report changes.
+    for p in ${TIMING_PIECES:-main others ctx64 ctx1024 main-v2 budgets opt-muon-cosine opt-adamw-wsd bpe bpe-large}; do
       [ -f "$ROOT/$p/ablation.json" ] || continue
       /usr/bin/env python3 - "$ROOT/$p/ablation.json" > "$ROOT/$p/.rerun" <<'PY'
 import json, sys, shlex

@@ -697,13 +697,26 @@ void fake_trainer(const fs::path& bin, const std::string& variant, double to, in
   };
   char timing[160];
   std::snprintf(timing, sizeof timing, "printf '{\"step_time_s\": %.17g}\\n' > \"$out/step_time.json\"\n", step_s);
+  // With --time-gate R,W it keeps the trainers' conversation: a byte on W when
+  // ready, then for each of the timed + 2 warm-up steps a byte read from R, a
+  // line "<variant> <step>" appended to BIN/gate-order.txt, a byte on W.
   std::string text = "#!/bin/sh\n"
-                     "seed=''; out=''; lr=''; timed=''; prev=''\n"
+                     "seed=''; out=''; lr=''; timed=''; gate=''; prev=''\n"
                      "for a in \"$@\"; do\n"
                      "  case \"$prev\" in --seed) seed=$a ;; --out) out=$a ;; " + rate_flag +
-                     ") lr=$a ;; --time-steps) timed=$a ;; esac\n"
+                     ") lr=$a ;; --time-steps) timed=$a ;; --time-gate) gate=$a ;; esac\n"
                      "  prev=$a\n"
                      "done\n"
+                     "if [ -n \"$gate\" ]; then\n"
+                     "  r=${gate%,*}; w=${gate#*,}; i=0\n"
+                     "  eval \"printf '\\n' >&$w\"\n"
+                     "  while [ $i -lt $((timed + 2)) ]; do\n"
+                     "    eval \"read -r x <&$r\" || exit 4\n"
+                     "    echo \"" + variant + " $i\" >> \"${0%/*}/gate-order.txt\"\n"
+                     "    eval \"printf '\\n' >&$w\"\n"
+                     "    i=$((i + 1))\n"
+                     "  done\n"
+                     "fi\n"
                      "if [ -n \"$timed\" ]; then mkdir -p \"$out\"; " + std::string(timing) + " exit 0; fi\n"
                      "echo \"fake train-" + variant + " seed $seed\"\n";
   if (exit_code != 0) text += "exit " + std::to_string(exit_code) + "\n";
@@ -886,6 +899,13 @@ TEST_CASE("ablate: --lr-grid sweeps every variant, trains each at its best rate,
   CHECK(md.find("Timing rounds' spread ((slowest − fastest) / median): within 10% for every variant.") != std::string::npos);
   // Time to target from the interleaved step times (2 rounds), and the report says so.
   REQUIRE(fs::exists(out / "timing.json"));
+  // Each round ran both trainers at once and gave them one step at a time, in turn:
+  // 2 rounds of (5 timed + 2 warm-up) steps, gpt's step k before ngpt's step k before gpt's k + 1.
+  std::string order;
+  for (int r = 0; r < 2; ++r)
+    for (int k = 0; k < 7; ++k) order += "gpt " + std::to_string(k) + "\nngpt " + std::to_string(k) + "\n";
+  CHECK(slurp(bin / "gate-order.txt") == order);
+  CHECK(slurp(out / "timing.json").find("alternating them step by step") != std::string::npos);
   CHECK(md.find("interleaved benchmark (2 rounds") != std::string::npos);
   CHECK(md.find("gpt 200.0 ms, ngpt 150.0 ms per step") != std::string::npos);
   CHECK(row_of(md, "gpt (baseline)").find("| 100000 ± 0 | 1.00 | 20.0 ± 0.0 | 1.00 |") != std::string::npos);
@@ -918,6 +938,25 @@ TEST_CASE("ablate: --lr-grid sweeps every variant, trains each at its best rate,
   CHECK(run_ablate("--variants gpt,ngpt --seeds 1 --lrs gpt=0.003 --out '" + (st.tmp.path / "o4").string() +
                        "' --bin-dir '" + bin.string() + "'", log) == 2);
   CHECK(slurp(log).find("--lrs: no learning rate for ngpt") != std::string::npos);
+}
+
+TEST_CASE("ablate: a trainer that dies in a step-by-step timing round stops the study with a sentence",
+          "[ablate][cli]") {
+  CliStudy st({{"gpt", 2.0}, {"ngpt", 1.0}});
+  // ngpt's trainer answers "ready", then dies before its first step; gpt must not wait forever.
+  const fs::path p = st.bin / "train-ngpt";
+  std::string text = slurp(p);
+  text.insert(text.find("if [ -n \"$gate\" ]; then\n") + std::string("if [ -n \"$gate\" ]; then\n").size(),
+              "  eval \"printf '\\n' >&${gate#*,}\"; exit 7\n");
+  write(p, text);
+  const int rc = run_ablate("--variants gpt,ngpt --seeds 1 --lrs gpt=0.003,ngpt=0.01 --timing-rounds 1" + st.dirs() +
+                                " -- --steps 100",
+                            st.log);
+  const std::string log = slurp(st.log);
+  INFO(log);
+  CHECK(rc == 1);
+  CHECK(log.find("train-ngpt --time-steps --time-gate failed with exit code 7 (timing round 1)") != std::string::npos);
+  CHECK_FALSE(fs::exists(st.out / "timing.json"));
 }
 
 TEST_CASE("ablate: --sweep-flag sweeps another flag (Muon's rate) beside each variant's --lr from --lrs",

@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -137,6 +138,73 @@ std::string describe_status(int rc) {
     return "was killed by signal " + std::to_string(sig) + (name ? std::string(" (") + name + ")" : "");
   }
   return "failed with exit code " + std::to_string(rc);
+}
+
+// One timing round, step by step: every variant's trainer starts at once with
+// --time-gate 3,4 (a pipe each way) and waits; once all are ready, each step
+// goes to one trainer at a time, in the variants' order (like BM_StepPair), so
+// the machine runs one step at a time and every variant meets the same
+// machine state within the round. A trainer that fails or closes its pipe stops
+// the round: the others see their pipes close and stop too.
+void time_round_step_by_step(const std::vector<std::string>& variants, std::int64_t steps,
+                             const std::vector<fs::path>& exes, const std::vector<std::vector<std::string>>& args,
+                             std::int64_t round) {
+  struct Child {
+    pid_t pid = -1;
+    int go = -1, done = -1;  // our ends: we write "go", read "done"
+  };
+  std::vector<Child> kids(variants.size());
+  const auto sigpipe = std::signal(SIGPIPE, SIG_IGN);  // a trainer gone: a failed write, not our death
+  // Closes our ends (a trainer still waiting reads end-of-file and stops),
+  // collects every trainer and throws when one failed: the culprit's status
+  // first (the others stop because it did).
+  auto finish = [&](std::size_t culprit, const std::string& failed) {
+    for (Child& k : kids)
+      if (k.go >= 0) ::close(k.go), k.go = -1;
+    std::vector<int> rcs(kids.size(), 0);
+    for (std::size_t i = 0; i < kids.size(); ++i) {
+      if (kids[i].done >= 0) ::close(kids[i].done);
+      if (kids[i].pid >= 0) rcs[i] = normlab::wait_program(kids[i].pid);
+    }
+    std::signal(SIGPIPE, sigpipe);
+    std::string why;
+    if (culprit < kids.size())
+      why = rcs[culprit] != 0 ? "train-" + variants[culprit] + " --time-steps --time-gate " + describe_status(rcs[culprit])
+                              : failed;
+    for (std::size_t i = 0; i < kids.size() && why.empty(); ++i)
+      if (rcs[i] != 0) why = "train-" + variants[i] + " --time-steps --time-gate " + describe_status(rcs[i]);
+    if (why.empty()) why = failed;
+    if (!why.empty()) throw normlab::Error(why + " (timing round " + std::to_string(round) + ")");
+  };
+  constexpr std::size_t kNoCulprit = std::size_t(-1);
+  for (std::size_t i = 0; i < variants.size(); ++i) {
+    int go[2], done[2];
+    if (::pipe2(go, O_CLOEXEC) != 0) finish(kNoCulprit, std::string("pipe: ") + std::strerror(errno));
+    if (::pipe2(done, O_CLOEXEC) != 0) {
+      ::close(go[0]), ::close(go[1]);
+      finish(kNoCulprit, std::string("pipe: ") + std::strerror(errno));
+    }
+    std::vector<std::string> a = args[i];
+    a.insert(a.end(), {"--time-gate", "3,4"});
+    kids[i].go = go[1];
+    kids[i].done = done[0];
+    kids[i].pid = normlab::start_program(exes[i], a, {}, {}, {{go[0], 3}, {done[1], 4}});
+    ::close(go[0]);
+    ::close(done[1]);
+  }
+  auto exchange = [&](std::size_t i, bool send) {
+    char b = '\n';
+    ssize_t n = 1;
+    if (send)
+      while ((n = ::write(kids[i].go, &b, 1)) < 0 && errno == EINTR) {}
+    if (n == 1)
+      while ((n = ::read(kids[i].done, &b, 1)) < 0 && errno == EINTR) {}
+    if (n != 1) finish(i, "train-" + variants[i] + " stopped answering its timing gate");
+  };
+  for (std::size_t i = 0; i < kids.size(); ++i) exchange(i, false);  // every trainer ready
+  for (std::int64_t step = 0; step < steps + 2; ++step)              // 2 warm-up steps, as the trainers count
+    for (std::size_t i = 0; i < kids.size(); ++i) exchange(i, true);
+  finish(kNoCulprit, "");
 }
 
 void write_file(const fs::path& p, const std::string& text) {
@@ -451,8 +519,8 @@ int run(int argc, char** argv) {
                "skip re-running each variant's two best swept rates at the study's --steps (the sweep's runs are "
                "shorter; a rate that wins early may lose at the full horizon)");
   app.add_option("--timing-rounds", o.timing_rounds,
-                 "after the runs, time every variant's step in turn this many rounds (train-<variant> --time-steps) "
-                 "for time to target; 0: use each run's wall clock instead")
+                 "after the runs, time the variants this many rounds, each alternating them step by step "
+                 "(train-<variant> --time-steps --time-gate), for time to target; 0: use each run's wall clock instead")
       ->capture_default_str()->check(CLI::NonNegativeNumber);
   app.add_option("--timing-steps", o.timing_steps, "timed steps per variant and round")
       ->capture_default_str()->check(CLI::PositiveNumber);
@@ -876,17 +944,21 @@ int run(int argc, char** argv) {
     // 3. Step times measured interleaved: each round times every variant in turn.
     if (!o.dry_run && o.timing_rounds > 0) {
       std::map<std::string, std::vector<double>> times;
-      for (std::int64_t r = 1; r <= o.timing_rounds; ++r)
+      for (std::int64_t r = 1; r <= o.timing_rounds; ++r) {
+        std::vector<fs::path> exes;
+        std::vector<std::vector<std::string>> all_args;
         for (const auto& v : variants) {
           const fs::path dir = out / "timing" / v / ("round" + std::to_string(r));
           std::vector<std::string> args{"--seed", std::to_string(seeds.front()), "--out", dir.string()};
           args.insert(args.end(), o.pass.begin(), o.pass.end());
           args = rate_args(v, std::move(args));
           args.insert(args.end(), {"--time-steps", std::to_string(o.timing_steps), "--quiet"});
-          if (const int rc = run_child(bin / ("train-" + v), args); rc != 0)
-            throw normlab::Error("train-" + v + " --time-steps " + describe_status(rc) + " (timing round " +
-                                 std::to_string(r) + ")");
-          const fs::path f = dir / "step_time.json";
+          exes.push_back(bin / ("train-" + v));
+          all_args.push_back(std::move(args));
+        }
+        time_round_step_by_step(variants, o.timing_steps, exes, all_args, r);
+        for (const auto& v : variants) {
+          const fs::path f = out / "timing" / v / ("round" + std::to_string(r)) / "step_time.json";
           try {
             std::ifstream in(f);
             times[v].push_back(nlohmann::json::parse(in).at("step_time_s").get<double>());
@@ -894,6 +966,7 @@ int run(int argc, char** argv) {
             throw normlab::Error(f.string() + ": " + e.what());
           }
         }
+      }
       nlohmann::json step_s = nlohmann::json::object(), spread = nlohmann::json::object();
       for (auto& [v, ts] : times) {
         const double sp = ab::round_spread(ts);
@@ -905,10 +978,12 @@ int run(int argc, char** argv) {
         const std::size_t n = ts.size();
         step_s[v] = n % 2 ? ts[n / 2] : 0.5 * (ts[n / 2 - 1] + ts[n / 2]);
       }
-      const std::string method = std::to_string(o.timing_rounds) + " rounds, each timing every variant in turn for " +
+      const std::string method = std::to_string(o.timing_rounds) +
+                                 " rounds, each running every variant's trainer at once and alternating them step by "
+                                 "step (one step of each in turn, the others waiting) for " +
                                  std::to_string(o.timing_steps) +
-                                 " steps after 2 warm-up steps at the study's flags (train-<variant> --time-steps); "
-                                 "median over rounds of each round's median step";
+                                 " steps after 2 warm-up steps at the study's flags (train-<variant> --time-steps "
+                                 "--time-gate); median over rounds of each round's median step";
       write_file(out / "timing.json",
                  nlohmann::json{{"method", method}, {"step_s", step_s}, {"spread", spread}}.dump(2) + "\n");
       std::printf("[normlab-ablate] step times measured interleaved (%s)\n", method.c_str());

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <iostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "normlab/core/error.hpp"
@@ -41,16 +42,19 @@ inline std::filesystem::path find_on_path(const std::string& name) {
   return {};
 }
 
-// Runs exe with args, in `cwd` when given, with stdout and stderr appended to
-// `log` when given (else inherited). Returns the exit status, 128 + the signal
-// number when the child was killed, 127 when it could not be started.
-inline int run_program(const std::filesystem::path& exe, const std::vector<std::string>& args,
-                       const std::filesystem::path& cwd = {}, const std::filesystem::path& log = {}) {
+// Starts exe with args, in `cwd` when given, with stdout and stderr appended to
+// `log` when given (else inherited), and each {from, to} of `fds` open in the
+// child as descriptor `to` (e.g. a pipe's end as 3). Returns the child's pid;
+// wait_program() collects it.
+inline pid_t start_program(const std::filesystem::path& exe, const std::vector<std::string>& args,
+                           const std::filesystem::path& cwd = {}, const std::filesystem::path& log = {},
+                           const std::vector<std::pair<int, int>>& fds = {}) {
   std::vector<std::string> all{exe.string()};
   all.insert(all.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (auto& a : all) argv.push_back(a.data());
   argv.push_back(nullptr);
+  std::vector<int> moved(fds.size(), -1);  // filled in the child; allocated here (no malloc after fork)
   std::fflush(stdout);
   std::fflush(stderr);
   std::cout.flush();
@@ -66,15 +70,33 @@ inline int run_program(const std::filesystem::path& exe, const std::vector<std::
       ::dup2(fd, 2);
       ::close(fd);
     }
+    // Every source out of the way first, so one target cannot overwrite a later
+    // source; dup2 onto the target clears close-on-exec.
+    for (std::size_t i = 0; i < fds.size(); ++i)
+      if ((moved[i] = ::fcntl(fds[i].first, F_DUPFD_CLOEXEC, 64)) < 0) ::_exit(127);
+    for (std::size_t i = 0; i < fds.size(); ++i)
+      if (::dup2(moved[i], fds[i].second) < 0) ::_exit(127);
     ::execv(argv[0], argv.data());
     ::_exit(127);
   }
+  return pid;
+}
+
+// Waits for a child of start_program(): its exit status, 128 + the signal
+// number when it was killed, 127 when it could not be started.
+inline int wait_program(pid_t pid) {
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0)
     if (errno != EINTR) throw Error(std::string("waitpid failed: ") + std::strerror(errno));
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
   return 1;
+}
+
+// Runs exe with args and waits for it (start_program's arguments): the exit status.
+inline int run_program(const std::filesystem::path& exe, const std::vector<std::string>& args,
+                       const std::filesystem::path& cwd = {}, const std::filesystem::path& log = {}) {
+  return wait_program(start_program(exe, args, cwd, log));
 }
 
 }  // namespace normlab

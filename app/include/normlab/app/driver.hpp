@@ -50,7 +50,10 @@ int run_training(TrainOptions o, Comm& comm) {
 // run's data, model and optimizer; two warm-up steps, then N timed optimizer
 // steps of the same work as training (o.accum micro-batches, clipping, the
 // optimizer, constraint; no evaluation, no checkpoint); writes OUT/step_time.json
-// {"variant", "step_time_s": median, "steps", "tokens_per_step"} and nothing else.
+// {"variant", "step_time_s": median, "steps", "tokens_per_step",
+// "step_intervals_s"} and nothing else. With --time-gate R,W another program
+// paces the steps through two descriptors (normlab-ablate alternates the
+// variants step by step).
 template <class Tag, class Comm = dist::SingleProcess, class Backend = cpu_backend,
           class Optimizers = builtin_optimizers>
 int time_training(TrainOptions o, Comm& comm) {

@@ -9,9 +9,13 @@
 //
 // Exit codes: 0 success, 2 bad input (flags, data, checkpoints), 3 the run
 // stopped on a non-finite loss or gradient (the last good checkpoint is kept).
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <filesystem>
 #include <new>
@@ -41,8 +45,29 @@ namespace normlab {
 // run's data, model and optimizer; two warm-up steps, then N timed optimizer
 // steps of the same work as training (o.accum micro-batches, clipping, AdamW,
 // constraint; no evaluation, no checkpoint); writes OUT/step_time.json
-// {"variant", "step_time_s": median, "steps", "tokens_per_step"} and nothing else.
+// {"variant", "step_time_s": median, "steps", "tokens_per_step",
+// "step_intervals_s"} and nothing else. With --time-gate another program paces
+// the steps (normlab-ablate runs every variant at once, one step at a time).
 namespace detail {
+// One byte of --time-gate's conversation; a closed pipe means the pacing
+// program stopped, so the timing run stops too.
+inline void gate_signal(int fd, const char* what) {
+  const char b = '\n';
+  ssize_t n;
+  while ((n = ::write(fd, &b, 1)) < 0 && errno == EINTR) {}
+  if (n != 1)
+    throw Error(std::string("--time-gate: cannot write the '") + what + "' byte to file descriptor " +
+                std::to_string(fd) + ": " + (n < 0 ? std::strerror(errno) : "nothing written"));
+}
+inline void gate_wait(int fd, std::int64_t step) {
+  char b = 0;
+  ssize_t n;
+  while ((n = ::read(fd, &b, 1)) < 0 && errno == EINTR) {}
+  if (n != 1)
+    throw Error("--time-gate: file descriptor " + std::to_string(fd) + " closed before step " + std::to_string(step) +
+                " (the program pacing this timing run stopped)");
+}
+
 template <class Comm, class Backend>
 int time_training_with(TrainOptions o, Comm& comm, const VariantEntry<Backend>& v, const OptimizerMenu<Backend>& menu) {
   detail::require_reachable_memory<Comm, Backend>();
@@ -66,17 +91,30 @@ int time_training_with(TrainOptions o, Comm& comm, const VariantEntry<Backend>& 
   ModelHandle<Backend>& model = *held;
   auto opt = detail::make_menu_optimizer(menu, model, optimizer_options(o), dp, o);
   model.init(o.seed);
+  // --time-gate: the lead rank says it is ready, then runs each step only when
+  // the byte arrives, and answers when it is done (the other ranks follow it
+  // through the step's all-reduce).
+  const bool gated = lead && o.time_gate_in >= 0;
+  if (gated) detail::gate_signal(o.time_gate_out, "ready");
   std::vector<double> times, exposed;
+  nlohmann::json intervals = nlohmann::json::array();  // each timed step's [start, end], steady clock, s
+  const auto clock_s = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(t.time_since_epoch()).count();
+  };
   for (std::int64_t i = 0; i < o.time_steps + 2; ++i) {
+    if (gated) detail::gate_wait(o.time_gate_in, i + 1);
     const auto ts = std::chrono::steady_clock::now();
     detail::accumulate_gradients(model, sampler, o, idx, tgt, dp);
     dp.update(model, opt, o.grad_clip, dp.zero() ? dp.grad_norm(model) : 0.0, o.lr);
     Backend::synchronize();  // the step's kernels are done before the clock stops
+    const auto te = std::chrono::steady_clock::now();
+    if (gated) detail::gate_signal(o.time_gate_out, "done");
     if (i >= 2) {
       // The ranks run in lockstep (each step ends in an all-reduce): their mean.
-      const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - ts).count();
+      const double dt = std::chrono::duration<double>(te - ts).count();
       times.push_back(dp.mean(dt));
       exposed.push_back(dp.exposed_s);
+      intervals.push_back({clock_s(ts), clock_s(te)});
     }
   }
   auto median_of = [](std::vector<double> v) {
@@ -91,6 +129,8 @@ int time_training_with(TrainOptions o, Comm& comm, const VariantEntry<Backend>& 
                       {"step_time_s", median},
                       {"steps", o.time_steps},
                       {"tokens_per_step", o.batch * o.seq * o.accum},
+                      {"step_intervals_s", intervals},
+                      {"gated", o.time_gate_in >= 0},
                       {"precision", o.precision},
                       {"precision_engine", detail::precision_engine<Backend>(o)}};
   if (dp.distributed()) {

@@ -70,6 +70,8 @@ struct TrainOptions {
   std::string on_nonfinite = "stop"; // stop | skip
   std::int64_t fault_nan_at = 0;     // testing: poison a gradient at this step (1-based)
   std::int64_t time_steps = 0;       // benchmark mode: time this many steps, write OUT/step_time.json, train nothing else
+  int time_gate_in = -1;             // benchmark mode: wait for a byte here before each step (-1: none)
+  int time_gate_out = -1;            // ... and write one here when ready and after each step
   bool quiet = false;
   double max_memory = 0;             // bytes; 0: the machine's available memory
 };

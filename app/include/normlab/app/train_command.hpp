@@ -3,6 +3,7 @@
 // model's shape and data, the optimizer, the schedule, the run, and sampling;
 // and how the trainer sets OpenMP's spinning before anything runs.
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -29,6 +30,7 @@ namespace detail {
 struct RawTrainFlags {
   std::vector<std::string> opt_params;  // --opt KEY=VALUE
   std::string max_memory;               // --max-memory 8G
+  std::string time_gate;                // --time-gate R,W
 };
 
 inline void add_model_and_data_flags(CLI::App& app, TrainOptions& o) {
@@ -172,6 +174,9 @@ inline void add_run_flags(CLI::App& app, TrainCommand& cmd, RawTrainFlags& raw) 
                  "benchmark: time this many optimizer steps (after 2 warm-up steps) at these flags, write "
                  "OUT/step_time.json with the median, and train nothing else (normlab-ablate's interleaved timing)")
       ->check(non_negative_integer());
+  app.add_option("--time-gate", raw.time_gate,
+                 "with --time-steps, R,W: open file descriptors; write a byte to W when ready, then before each step "
+                 "wait for a byte on R and write one to W after it (normlab-ablate alternates the variants step by step)");
   app.add_option("--fault-nan-at", o.fault_nan_at, "testing: inject a NaN into a gradient at this step")
       ->check(non_negative_integer())->group("Testing");
 }
@@ -188,7 +193,7 @@ inline CLI::Option* add_sample_flags(CLI::App& app, SampleOptions& so) {
   return sample;
 }
 
-// The values parsing left as text: --max-memory's size, --opt's KEY=VALUE pairs.
+// The values parsing left as text: --max-memory's size, --opt's KEY=VALUE pairs, --time-gate's descriptors.
 inline std::optional<int> apply_raw_flags(const RawTrainFlags& raw, TrainOptions& o) {
   if (!raw.max_memory.empty()) cli::parse_bytes(raw.max_memory, o.max_memory);
   for (const std::string& kv : raw.opt_params) {
@@ -199,6 +204,27 @@ inline std::optional<int> apply_raw_flags(const RawTrainFlags& raw, TrainOptions
       return 2;
     }
     o.opt_params[kv.substr(0, eq)] = x;
+  }
+  if (!raw.time_gate.empty()) {
+    const std::size_t comma = raw.time_gate.find(',');
+    std::int64_t r = -1, w = -1;
+    const auto bad = [&](const std::string& why) {
+      std::fprintf(stderr, "--time-gate %s: %s\n", raw.time_gate.c_str(), why.c_str());
+      return 2;
+    };
+    if (comma == std::string::npos || !cli::detail::parse_int(raw.time_gate.substr(0, comma), r) ||
+        !cli::detail::parse_int(raw.time_gate.substr(comma + 1), w) || r < 0 || w < 0 || r > 1 << 20 || w > 1 << 20)
+      return bad("expected R,W, two file descriptor numbers");
+    if (o.time_steps == 0) return bad("only with --time-steps (it paces a timing run)");
+    for (const std::int64_t fd : {r, w}) {
+      const int mode = ::fcntl(int(fd), F_GETFL);
+      if (mode < 0) return bad("file descriptor " + std::to_string(fd) + " is not open");
+      const int acc = mode & O_ACCMODE;
+      if (fd == r && acc == O_WRONLY) return bad("file descriptor " + std::to_string(fd) + " is not open for reading");
+      if (fd == w && acc == O_RDONLY) return bad("file descriptor " + std::to_string(fd) + " is not open for writing");
+    }
+    o.time_gate_in = int(r);
+    o.time_gate_out = int(w);
   }
   return std::nullopt;
 }
