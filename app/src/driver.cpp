@@ -19,4 +19,6 @@ NORMLAB_DRIVER_INSTANCE(dist::MpiComm)
 #endif
 #undef NORMLAB_DRIVER_INSTANCE
 template OptimizerMenu<cpu_backend> optimizer_menu<cpu_backend, builtin_optimizers>();
+template AnyOptimizer<float, cpu_backend> detail::make_builtin_optimizer<float, cpu_backend>(
+    const ParamStore<float>&, const OptimizerOptions&, std::size_t, std::size_t);
 }  // namespace normlab

@@ -107,24 +107,61 @@ bool has_optimizer_named(optimizer_list<Opts...>, std::string_view name) {
   return ((Opts<T, Backend>::name == name) || ...);
 }
 
+template <template <class, class> class O>
+struct is_builtin_optimizer : std::false_type {};
+template <>
+struct is_builtin_optimizer<AdamW> : std::true_type {};
+template <>
+struct is_builtin_optimizer<Lion> : std::true_type {};
+template <>
+struct is_builtin_optimizer<Muon> : std::true_type {};
+
+namespace detail {
+// The built-in optimizer called o.name. Its own function (not inline), so that
+// a library can compile it once for a T and backend (driver.hpp declares the
+// CPU's float one extern) and a trainer with a list of its own compiles only
+// its own optimizers.
+template <class T, class Backend>
+AnyOptimizer<T, Backend> make_builtin_optimizer(const ParamStore<T>& store, const OptimizerOptions& o,
+                                                std::size_t begin, std::size_t end);
+}  // namespace detail
+
 // The optimizer called o.name among `List`, over [begin, end) of the store;
 // an unknown name is refused naming the known ones.
 template <class T, class Backend, template <class, class> class... Opts>
 AnyOptimizer<T, Backend> make_optimizer_named(optimizer_list<Opts...> list, const ParamStore<T>& store,
                                               const OptimizerOptions& o, std::size_t begin, std::size_t end) {
   std::unique_ptr<AnyOptimizer<T, Backend>> made;
-  auto try_one = [&]<class O>() {
-    static_assert(check_optimizer<O>());
-    static_assert(std::is_constructible_v<O, const ParamStore<T>&, const OptimizerOptions&, std::size_t, std::size_t>,
-                  "normlab optimizer: a trainer's --optimizer needs the constructor "
-                  "O(const ParamStore<T>&, const OptimizerOptions&, std::size_t begin, std::size_t end)");
-    if (!made && O::name == o.name) made = std::make_unique<AnyOptimizer<T, Backend>>(O(store, o, begin, end));
+  auto try_one = [&]<template <class, class> class Opt>() {
+    using O = Opt<T, Backend>;
+    if constexpr (is_builtin_optimizer<Opt>::value) {
+      if (!made && O::name == o.name)
+        made = std::make_unique<AnyOptimizer<T, Backend>>(detail::make_builtin_optimizer<T, Backend>(store, o, begin, end));
+    } else {
+      static_assert(check_optimizer<O>());
+      static_assert(std::is_constructible_v<O, const ParamStore<T>&, const OptimizerOptions&, std::size_t, std::size_t>,
+                    "normlab optimizer: a trainer's --optimizer needs the constructor "
+                    "O(const ParamStore<T>&, const OptimizerOptions&, std::size_t begin, std::size_t end)");
+      if (!made && O::name == o.name) made = std::make_unique<AnyOptimizer<T, Backend>>(O(store, o, begin, end));
+    }
   };
-  (try_one.template operator()<Opts<T, Backend>>(), ...);
+  (try_one.template operator()<Opts>(), ...);
   if (!made)
     throw Error("--optimizer " + o.name + ": unknown optimizer (known: " +
                 detail::optimizer_names<T, Backend>(list) + ")");
   return std::move(*made);
 }
+
+namespace detail {
+template <class T, class Backend>
+AnyOptimizer<T, Backend> make_builtin_optimizer(const ParamStore<T>& store, const OptimizerOptions& o,
+                                                std::size_t begin, std::size_t end) {
+  if (o.name == AdamW<T, Backend>::name) return AnyOptimizer<T, Backend>(AdamW<T, Backend>(store, o, begin, end));
+  if (o.name == Lion<T, Backend>::name) return AnyOptimizer<T, Backend>(Lion<T, Backend>(store, o, begin, end));
+  if (o.name == Muon<T, Backend>::name) return AnyOptimizer<T, Backend>(Muon<T, Backend>(store, o, begin, end));
+  throw Error("--optimizer " + o.name + ": not a built-in optimizer (known: " +
+              optimizer_names<T, Backend>(builtin_optimizers{}) + ")");
+}
+}  // namespace detail
 
 }  // namespace normlab

@@ -81,6 +81,9 @@ NORMLAB_DRIVER_EXTERN(dist::MpiComm)
 #endif
 #undef NORMLAB_DRIVER_EXTERN
 extern template OptimizerMenu<cpu_backend> optimizer_menu<cpu_backend, builtin_optimizers>();
+// A trainer's own list (optimizer_list<AdamW, ..., MyOptimizer>) takes the built-ins from here too.
+extern template AnyOptimizer<float, cpu_backend> detail::make_builtin_optimizer<float, cpu_backend>(
+    const ParamStore<float>&, const OptimizerOptions&, std::size_t, std::size_t);
 }  // namespace normlab
 #else
 #include "normlab/app/driver_impl.hpp"
