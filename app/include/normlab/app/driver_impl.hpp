@@ -68,6 +68,13 @@ inline void gate_wait(int fd, std::int64_t step) {
                 " (the program pacing this timing run stopped)");
 }
 
+inline void gate_wait_closed(int fd) {
+  char b = 0;
+  ssize_t n;
+  while ((n = ::read(fd, &b, 1)) != 0)
+    if (n < 0 && errno != EINTR) break;
+}
+
 template <class Comm, class Backend>
 int time_training_with(TrainOptions o, Comm& comm, const VariantEntry<Backend>& v, const OptimizerMenu<Backend>& menu) {
   detail::require_reachable_memory<Comm, Backend>();
@@ -117,6 +124,9 @@ int time_training_with(TrainOptions o, Comm& comm, const VariantEntry<Backend>& 
       intervals.push_back({clock_s(ts), clock_s(te)});
     }
   }
+  // Wait until the pacing program closes the gate, so that this process's exit
+  // (freeing its memory) does not run beside another variant's last step.
+  if (gated) detail::gate_wait_closed(o.time_gate_in);
   auto median_of = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
     const std::size_t n = v.size();

@@ -15,7 +15,7 @@
 
 #include "normlab/core/error.hpp"
 #include "normlab/io/safetensors.hpp"
-#include "normlab/optim/adamw.hpp"
+#include "normlab/optim/any_optimizer.hpp"
 #include "normlab/train/checkpoint.hpp"
 #include "normlab/train/data.hpp"
 #include "normlab/app/run_options.hpp"
@@ -60,7 +60,9 @@ std::string run_sampling(const SampleOptions& s) {
     throw Error(s.ckpt + ": the model it describes needs " + detail::gib(need) + ", more than the " +
                 detail::gib(avail) + " available");
   Model model(mc, 1, T);
-  load_checkpoint(f, model, static_cast<AdamW<float>*>(nullptr));
+  // No optimizer state is read; the type is the one training's loader already
+  // instantiates for this model (model_adapter.hpp), so sampling adds no second loader.
+  load_checkpoint(f, model, static_cast<AnyOptimizer<float, typename Model::backend>*>(nullptr));
   if (s.temperature < 0) throw Error("--temperature must be >= 0");
   const std::vector<std::uint16_t> prompt = tk ? tk->encode(s.prompt) : data::encode_bytes(s.prompt);
   if (prompt.empty()) throw Error("--prompt must not be empty");
