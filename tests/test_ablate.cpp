@@ -908,6 +908,7 @@ TEST_CASE("ablate: --lr-grid sweeps every variant, trains each at its best rate,
   CHECK(slurp(out / "timing.json").find("alternating them step by step") != std::string::npos);
   CHECK(md.find("interleaved benchmark (2 rounds") != std::string::npos);
   CHECK(md.find("gpt 200.0 ms, ngpt 150.0 ms per step") != std::string::npos);
+  CHECK(md.find("Step time ÷ gpt's, paired within each timing round: ngpt 0.750, 0.750.") != std::string::npos);
   CHECK(row_of(md, "gpt (baseline)").find("| 100000 ± 0 | 1.00 | 20.0 ± 0.0 | 1.00 |") != std::string::npos);
   // ngpt (4 → 1 over 100k tokens) reaches 2.0 at 66667 tokens = 66.7 steps × 0.15 s = 10 s; gpt 100 × 0.2 s.
   CHECK(row_of(md, "ngpt").find("| 66667 ± 0 | 1.50 | 10.0 ± 0.0 | 2.00 |") != std::string::npos);

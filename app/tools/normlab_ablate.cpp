@@ -418,6 +418,22 @@ void read_timing(const fs::path& out, ab::ReportInfo& info) {
   } catch (const nlohmann::json::exception& e) {
     throw normlab::Error(p.string() + ": " + e.what());
   }
+  // Each round's time, from the rounds' own files (OUT/timing/<variant>/round<r>/step_time.json).
+  for (const auto& entry : info.step_s) {
+    const std::string& v = entry.first;
+    std::vector<double> rounds;
+    for (int r = 1;; ++r) {
+      const fs::path f = out / "timing" / v / ("round" + std::to_string(r)) / "step_time.json";
+      if (!fs::exists(f)) break;
+      try {
+        std::ifstream in(f);
+        rounds.push_back(nlohmann::json::parse(in).at("step_time_s").get<double>());
+      } catch (const nlohmann::json::exception& e) {
+        throw normlab::Error(f.string() + ": " + e.what());
+      }
+    }
+    if (!rounds.empty()) info.step_rounds[v] = std::move(rounds);
+  }
 }
 
 std::vector<std::string> parse_baselines(const std::string& s, const std::vector<std::string>& variants) {

@@ -43,6 +43,7 @@ struct ReportInfo {
   // measured; empty: time to target is each run's wall clock.
   std::map<std::string, double> step_s;
   std::map<std::string, double> step_spread;  // round_spread of each variant's timing rounds
+  std::map<std::string, std::vector<double>> step_rounds;  // each round's step time, in round order
   std::string step_s_method;
   std::string sweep_md;      // the learning-rate sweep's table (sweep_markdown), if the study ran one
   // Baselines: the first is the reference of the main table; each further one gets
@@ -227,6 +228,21 @@ inline std::string results_markdown(const std::vector<VariantRuns>& variants, Re
     std::string noisy;
     for (const auto& [v, s] : info.step_spread)
       if (s > kNoisyTimingSpread) noisy += (noisy.empty() ? "" : ", ") + detail::md_cell(v) + " " + detail::fmt("%.0f", 100 * s) + "%";
+    // Within a round the variants met the same machine (step by step), so the
+    // ratio to the baseline inside each round is the figure a drifting host spares.
+    if (const auto b = info.step_rounds.find(a.baseline); b != info.step_rounds.end() && !b->second.empty()) {
+      std::string paired;
+      for (const auto& v : variants) {
+        const auto it = info.step_rounds.find(v.variant);
+        if (v.variant == a.baseline || it == info.step_rounds.end() || it->second.size() != b->second.size()) continue;
+        paired += std::string(paired.empty() ? "" : "; ") + detail::md_cell(v.variant);
+        for (std::size_t r = 0; r < it->second.size(); ++r)
+          paired += (r ? ", " : " ") + detail::fmt("%.3f", it->second[r] / b->second[r]);
+      }
+      if (!paired.empty())
+        os << "- Step time ÷ " << detail::md_cell(a.baseline) << "'s, paired within each timing round: " << paired
+           << ".\n";
+    }
     if (!info.step_spread.empty())
       os << "- Timing rounds' spread ((slowest − fastest) / median): "
          << (noisy.empty() ? "within 10% for every variant.\n"
