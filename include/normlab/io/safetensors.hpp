@@ -137,55 +137,7 @@ class SafetensorsFile {
   // Guards against allocating/parsing absurd headers from corrupt files.
   static constexpr std::uint64_t kMaxHeaderBytes = 100'000'000;
 
-  void parse() {
-    using nlohmann::json;
-    if (bytes_.size() < 8)
-      fail("truncated file: " + std::to_string(bytes_.size()) + " bytes, need at least 8 for the header length");
-    std::uint64_t n = 0;
-    std::memcpy(&n, bytes_.data(), 8);
-    if (n > bytes_.size() - 8) {
-      // A text file or other format reads as an absurd length: say what it likely is.
-      if (n > (std::uint64_t(1) << 40))
-        fail("not a safetensors file: its first 8 bytes are not a plausible header length (they read as more "
-             "than 1 TiB, the file has " + std::to_string(bytes_.size()) + " bytes)");
-      fail("header length " + std::to_string(n) + " is beyond the file size (" + std::to_string(bytes_.size()) +
-           " bytes): truncated or not a safetensors file");
-    }
-    if (n > kMaxHeaderBytes)
-      fail("header length " + std::to_string(n) + " exceeds the limit of " + std::to_string(kMaxHeaderBytes) +
-           " bytes");
-    data_start_ = 8 + static_cast<std::size_t>(n);
-    const std::size_t data_size = bytes_.size() - data_start_;
-
-    // Duplicate top-level keys would silently shadow each other in the parsed
-    // object, so catch them during parsing (top-level keys are at depth 1).
-    std::set<std::string> seen;
-    std::optional<std::string> duplicate;
-    auto on_event = [&](int depth, json::parse_event_t ev, json& parsed) {
-      if (ev == json::parse_event_t::key && depth == 1 && !seen.insert(parsed.get<std::string>()).second &&
-          !duplicate)
-        duplicate = parsed.get<std::string>();
-      return true;
-    };
-    json header;
-    try {
-      const auto* first = reinterpret_cast<const char*>(bytes_.data() + 8);
-      header = json::parse(first, first + n, on_event);
-    } catch (const json::exception& e) {
-      fail(std::string("header is not valid JSON: ") + e.what());
-    }
-    if (!header.is_object()) fail("header is not a JSON object");
-    if (duplicate) fail("header lists '" + *duplicate + "' more than once");
-
-    for (const auto& [key, value] : header.items()) {
-      if (key == "__metadata__") {
-        parse_metadata(value);
-        continue;
-      }
-      tensors_.emplace(key, parse_entry(key, value, data_size));
-    }
-    check_coverage(data_size);
-  }
+  void parse();  // defined below (compiled once under NORMLAB_PREBUILT_IO)
 
   void parse_metadata(const nlohmann::json& m) {
     if (!m.is_object()) fail("__metadata__ is not a JSON object");
@@ -322,32 +274,7 @@ class SafetensorsWriter {
     tensors_.emplace(name, std::move(e));
   }
 
-  std::vector<std::uint8_t> to_bytes() const {
-    using nlohmann::json;
-    // nlohmann::json objects are std::map-backed, so keys (and hence the
-    // header text) come out sorted; offsets are assigned in the same order.
-    json header = json::object();
-    if (!metadata_.empty()) header["__metadata__"] = metadata_;
-    std::size_t offset = 0;
-    for (const auto& [name, e] : tensors_) {
-      header[name] = json{{"dtype", dtype_name(e.dtype)},
-                          {"shape", e.shape},
-                          {"data_offsets", json::array({offset, offset + e.bytes.size()})}};
-      offset += e.bytes.size();
-    }
-    std::string text = header.dump();
-    // Pad so the data buffer starts 8-byte aligned (8 + N with N % 8 == 0).
-    text.append((8 - text.size() % 8) % 8, ' ');
-
-    std::vector<std::uint8_t> out;
-    out.reserve(8 + text.size() + offset);
-    const std::uint64_t n = text.size();
-    out.resize(8);
-    std::memcpy(out.data(), &n, 8);
-    out.insert(out.end(), text.begin(), text.end());
-    for (const auto& kv : tensors_) out.insert(out.end(), kv.second.bytes.begin(), kv.second.bytes.end());
-    return out;
-  }
+  std::vector<std::uint8_t> to_bytes() const;  // defined below
 
   void write_atomic(const std::filesystem::path& path) const {
     const std::vector<std::uint8_t> bytes = to_bytes();
@@ -363,16 +290,106 @@ class SafetensorsWriter {
 
   // JSON strings must be valid UTF-8; reject bad names now rather than when
   // to_bytes() is called far away from the offending add().
-  static void check_utf8(const std::string& s, const std::string& what) {
-    try {
-      (void)nlohmann::json(s).dump();
-    } catch (const nlohmann::json::exception&) {
-      throw Error("safetensors writer: " + what + " is not valid UTF-8");
-    }
-  }
+  static void check_utf8(const std::string& s, const std::string& what);  // defined below
 
   std::map<std::string, std::string> metadata_;
   std::map<std::string, Entry> tensors_;
 };
+
+// The parts that instantiate nlohmann-json's parser and serializer. Under
+// NORMLAB_PREBUILT_IO (set by the normlab_cpu_ops library for what links it)
+// they are compiled once, in src/io.cpp; otherwise here, inline (header-only).
+#if !defined(NORMLAB_PREBUILT_IO) || defined(NORMLAB_IO_IMPLEMENTATION)
+#ifdef NORMLAB_IO_IMPLEMENTATION
+#define NORMLAB_IO_FN
+#else
+#define NORMLAB_IO_FN inline
+#endif
+NORMLAB_IO_FN void SafetensorsFile::parse() {
+  using nlohmann::json;
+  if (bytes_.size() < 8)
+    fail("truncated file: " + std::to_string(bytes_.size()) + " bytes, need at least 8 for the header length");
+  std::uint64_t n = 0;
+  std::memcpy(&n, bytes_.data(), 8);
+  if (n > bytes_.size() - 8) {
+    // A text file or other format reads as an absurd length: say what it likely is.
+    if (n > (std::uint64_t(1) << 40))
+      fail("not a safetensors file: its first 8 bytes are not a plausible header length (they read as more "
+           "than 1 TiB, the file has " + std::to_string(bytes_.size()) + " bytes)");
+    fail("header length " + std::to_string(n) + " is beyond the file size (" + std::to_string(bytes_.size()) +
+         " bytes): truncated or not a safetensors file");
+  }
+  if (n > kMaxHeaderBytes)
+    fail("header length " + std::to_string(n) + " exceeds the limit of " + std::to_string(kMaxHeaderBytes) +
+         " bytes");
+  data_start_ = 8 + static_cast<std::size_t>(n);
+  const std::size_t data_size = bytes_.size() - data_start_;
+
+  // Duplicate top-level keys would silently shadow each other in the parsed
+  // object, so catch them during parsing (top-level keys are at depth 1).
+  std::set<std::string> seen;
+  std::optional<std::string> duplicate;
+  auto on_event = [&](int depth, json::parse_event_t ev, json& parsed) {
+    if (ev == json::parse_event_t::key && depth == 1 && !seen.insert(parsed.get<std::string>()).second &&
+        !duplicate)
+      duplicate = parsed.get<std::string>();
+    return true;
+  };
+  json header;
+  try {
+    const auto* first = reinterpret_cast<const char*>(bytes_.data() + 8);
+    header = json::parse(first, first + n, on_event);
+  } catch (const json::exception& e) {
+    fail(std::string("header is not valid JSON: ") + e.what());
+  }
+  if (!header.is_object()) fail("header is not a JSON object");
+  if (duplicate) fail("header lists '" + *duplicate + "' more than once");
+
+  for (const auto& [key, value] : header.items()) {
+    if (key == "__metadata__") {
+      parse_metadata(value);
+      continue;
+    }
+    tensors_.emplace(key, parse_entry(key, value, data_size));
+  }
+  check_coverage(data_size);
+}
+
+NORMLAB_IO_FN std::vector<std::uint8_t> SafetensorsWriter::to_bytes() const {
+  using nlohmann::json;
+  // nlohmann::json objects are std::map-backed, so keys (and hence the
+  // header text) come out sorted; offsets are assigned in the same order.
+  json header = json::object();
+  if (!metadata_.empty()) header["__metadata__"] = metadata_;
+  std::size_t offset = 0;
+  for (const auto& [name, e] : tensors_) {
+    header[name] = json{{"dtype", dtype_name(e.dtype)},
+                        {"shape", e.shape},
+                        {"data_offsets", json::array({offset, offset + e.bytes.size()})}};
+    offset += e.bytes.size();
+  }
+  std::string text = header.dump();
+  // Pad so the data buffer starts 8-byte aligned (8 + N with N % 8 == 0).
+  text.append((8 - text.size() % 8) % 8, ' ');
+
+  std::vector<std::uint8_t> out;
+  out.reserve(8 + text.size() + offset);
+  const std::uint64_t n = text.size();
+  out.resize(8);
+  std::memcpy(out.data(), &n, 8);
+  out.insert(out.end(), text.begin(), text.end());
+  for (const auto& kv : tensors_) out.insert(out.end(), kv.second.bytes.begin(), kv.second.bytes.end());
+  return out;
+}
+
+NORMLAB_IO_FN void SafetensorsWriter::check_utf8(const std::string& s, const std::string& what) {
+  try {
+    (void)nlohmann::json(s).dump();
+  } catch (const nlohmann::json::exception&) {
+    throw Error("safetensors writer: " + what + " is not valid UTF-8");
+  }
+}
+#undef NORMLAB_IO_FN
+#endif
 
 }  // namespace normlab::io
