@@ -405,6 +405,19 @@ std::vector<ab::SweepRun> read_sweep(const fs::path& out, const std::vector<std:
   return runs;
 }
 
+// OUT/timing/<variant>/round<r>/step_time.json: that timing round's median step, s.
+fs::path round_step_file(const fs::path& out, const std::string& v, std::int64_t r) {
+  return out / "timing" / v / ("round" + std::to_string(r)) / "step_time.json";
+}
+double read_round_step_time(const fs::path& f) {
+  try {
+    std::ifstream in(f);
+    return nlohmann::json::parse(in).at("step_time_s").get<double>();
+  } catch (const nlohmann::json::exception& e) {
+    throw normlab::Error(f.string() + ": " + e.what());
+  }
+}
+
 // OUT/timing.json: the interleaved step times, {"method": ..., "step_s": {variant: s}}.
 void read_timing(const fs::path& out, ab::ReportInfo& info) {
   const fs::path p = out / "timing.json";
@@ -422,16 +435,8 @@ void read_timing(const fs::path& out, ab::ReportInfo& info) {
   for (const auto& entry : info.step_s) {
     const std::string& v = entry.first;
     std::vector<double> rounds;
-    for (int r = 1;; ++r) {
-      const fs::path f = out / "timing" / v / ("round" + std::to_string(r)) / "step_time.json";
-      if (!fs::exists(f)) break;
-      try {
-        std::ifstream in(f);
-        rounds.push_back(nlohmann::json::parse(in).at("step_time_s").get<double>());
-      } catch (const nlohmann::json::exception& e) {
-        throw normlab::Error(f.string() + ": " + e.what());
-      }
-    }
+    for (std::int64_t r = 1; fs::exists(round_step_file(out, v, r)); ++r)
+      rounds.push_back(read_round_step_time(round_step_file(out, v, r)));
     if (!rounds.empty()) info.step_rounds[v] = std::move(rounds);
   }
 }
@@ -964,7 +969,7 @@ int run(int argc, char** argv) {
         std::vector<fs::path> exes;
         std::vector<std::vector<std::string>> all_args;
         for (const auto& v : variants) {
-          const fs::path dir = out / "timing" / v / ("round" + std::to_string(r));
+          const fs::path dir = round_step_file(out, v, r).parent_path();
           std::vector<std::string> args{"--seed", std::to_string(seeds.front()), "--out", dir.string()};
           args.insert(args.end(), o.pass.begin(), o.pass.end());
           args = rate_args(v, std::move(args));
@@ -973,15 +978,7 @@ int run(int argc, char** argv) {
           all_args.push_back(std::move(args));
         }
         time_round_step_by_step(variants, o.timing_steps, exes, all_args, r);
-        for (const auto& v : variants) {
-          const fs::path f = out / "timing" / v / ("round" + std::to_string(r)) / "step_time.json";
-          try {
-            std::ifstream in(f);
-            times[v].push_back(nlohmann::json::parse(in).at("step_time_s").get<double>());
-          } catch (const nlohmann::json::exception& e) {
-            throw normlab::Error(f.string() + ": " + e.what());
-          }
-        }
+        for (const auto& v : variants) times[v].push_back(read_round_step_time(round_step_file(out, v, r)));
       }
       nlohmann::json step_s = nlohmann::json::object(), spread = nlohmann::json::object();
       for (auto& [v, ts] : times) {
