@@ -30,7 +30,8 @@
 #   bash scripts/fair-study.sh timing      # re-time every piece's variants, step by step (nothing else may run;
 #                                          #   TIMING_PIECES="main-v2 budgets" picks pieces)
 #   bash scripts/fair-study.sh archive     # every finished run's record (no checkpoints) into studies/fair/:
-#                                          #   reports, JSON and plots as files, each piece's runs in runs.tar.xz
+#                                          #   reports, plots and sweep.json as files; each piece's runs and its
+#                                          #   other JSON in runs.tar.xz
 #   bash scripts/fair-study.sh restore     # studies/fair/ (archives unpacked) back into runs/fair/ (a new work tree continues)
 #
 # Results: runs/fair/<piece>/results.md (+ plots); docs/study.md quotes them.
@@ -50,16 +51,20 @@ case $PIECE in
   archive)
     [ -d "$ROOT" ] || { echo "fair-study: nothing in $ROOT to archive" >&2; exit 2; }
     (cd "$ROOT" && keep . | while read -r f; do mkdir -p "../../$ARCHIVE/$(dirname "$f")"; cp "$f" "../../$ARCHIVE/$f"; done)
-    # A piece keeps its report, its JSON and its plots in the tree; its runs' own
-    # records (per-step metrics, per-run summaries, sweep and timing runs) go into
-    # one compressed archive beside them, merged with the one already there.
+    # A piece keeps its report, its plots and its sweep's choice (sweep.json) in the
+    # tree; its runs' own records (per-step metrics, per-run summaries, sweep and
+    # timing runs) and the JSON only a resumed study or --report-only reads
+    # (ablation.json, recheck.json, timing.json) go into one compressed archive
+    # beside them, merged with the one already there (what was just copied wins).
+    members() { (cd "$1" && { find . -mindepth 1 -maxdepth 1 -type d
+      find . -maxdepth 1 -type f \( -name ablation.json -o -name recheck.json -o -name timing.json \); } | sort); }
     for piece in "$ARCHIVE"/*/; do
       piece=${piece%/}
-      runs=$(cd "$piece" && find . -mindepth 1 -maxdepth 1 -type d | sort)
-      [ -n "$runs" ] || continue
+      [ -n "$(members "$piece")" ] || continue
       if [ -f "$piece/runs.tar.xz" ]; then tar -xJf "$piece/runs.tar.xz" -C "$piece" --skip-old-files; fi
-      # shellcheck disable=SC2086  # one directory name per word
-      (cd "$piece" && tar --sort=name --mtime=@0 --owner=0 --group=0 -cJf runs.tar.xz $runs && rm -rf $runs)
+      inside=$(members "$piece")
+      # shellcheck disable=SC2086  # one name per word
+      (cd "$piece" && tar --sort=name --mtime=@0 --owner=0 --group=0 -cJf runs.tar.xz $inside && rm -rf $inside)
     done
     echo "fair-study: archived into $ARCHIVE (each piece's runs in its runs.tar.xz)"; exit 0 ;;
   restore)
