@@ -23,7 +23,8 @@
 #                                          #   with GPT's, ngpt with alpha0 = 1/L, angpt's attention, MLP and
 #                                          #   residual factors x0.5 and x2
 #   bash scripts/fair-study.sh bpe         # main-v2's variants on BPE-4096 tokens of the same text (3 seeds), and
-#                                          #   gpt_qknorm vs ngpt at d = 256, 8 layers, T = 512 tokens (1 seed)
+#                                          #   gpt_qknorm vs ngpt at d = 256, 8 layers, T = 512 tokens (1 seed), at
+#                                          #   the small arm's rates and at a third of them
 #   bash scripts/fair-study.sh optimizers  # gpt, gpt_qknorm, ngpt, angpt under muon+cosine and adamw+wsd, 3 seeds
 #                                          #   (adamw+cosine: main-v2's seeds 1-3); Muon's rate swept per variant
 #                                          #   beside main-v2's --lr, WSD at main-v2's rates; optimizers.md compares them
@@ -112,11 +113,11 @@ share() {  # from-dir to-dir variant seed
   [ -e "$2/$3/seed$4" ] || ln -s "$(realpath "$1/$3/seed$4")" "$2/$3/seed$4"
   if [ -d "$1/sweep/$3" ] && [ ! -e "$2/sweep/$3" ]; then ln -s "$(realpath "$1/sweep/$3")" "$2/sweep/$3"; fi
 }
-lrs_of() {  # study-dir variants -> v=lr,... from its sweep.json
-  /usr/bin/env python3 - "$1/sweep.json" "$2" <<'PY'
+lrs_of() {  # study-dir variants [factor] -> v=lr,... from its sweep.json (each rate times factor)
+  /usr/bin/env python3 - "$1/sweep.json" "$2" "${3:-1}" <<'PY'
 import json, sys
 chosen = json.load(open(sys.argv[1]))
-print(",".join(f"{v}={chosen[v]:g}" for v in sys.argv[2].split(",")))
+print(",".join(f"{v}={chosen[v] * float(sys.argv[3]):.3g}" for v in sys.argv[2].split(",")))
 PY
 }
 
@@ -212,7 +213,12 @@ case $PIECE in
       --out "$ROOT/bpe" -- $(DATA=$PWD/data/brown-bpe4096 flags 256)
     # shellcheck disable=SC2046
     ablate --variants gpt_qknorm,ngpt --seeds 1 --lrs "$(lrs_of "$ROOT/bpe" gpt_qknorm,ngpt)" --baselines gpt_qknorm \
-      --out "$ROOT/bpe-large" -- $(DATA=$PWD/data/brown-bpe4096 flags 512) --d 256 --layers 8 --batch 4 ;;
+      --out "$ROOT/bpe-large" -- $(DATA=$PWD/data/brown-bpe4096 flags 512) --d 256 --layers 8 --batch 4
+    # The small arm's rates may not transfer to the larger width: both variants again at a third of them.
+    # shellcheck disable=SC2046
+    ablate --variants gpt_qknorm,ngpt --seeds 1 --lrs "$(lrs_of "$ROOT/bpe" gpt_qknorm,ngpt 0.3333333333)" \
+      --baselines gpt_qknorm --out "$ROOT/bpe-large-lr3" -- $(DATA=$PWD/data/brown-bpe4096 flags 512) \
+      --d 256 --layers 8 --batch 4 ;;
   optimizers)
     [ -f "$ROOT/main-v2/sweep.json" ] || { echo "fair-study: run 'main-v2' first (its rates and AdamW runs are used)" >&2; exit 2; }
     V=gpt,gpt_qknorm,ngpt,angpt
