@@ -113,11 +113,13 @@ share() {  # from-dir to-dir variant seed
   [ -e "$2/$3/seed$4" ] || ln -s "$(realpath "$1/$3/seed$4")" "$2/$3/seed$4"
   if [ -d "$1/sweep/$3" ] && [ ! -e "$2/sweep/$3" ]; then ln -s "$(realpath "$1/sweep/$3")" "$2/sweep/$3"; fi
 }
-lrs_of() {  # study-dir variants [factor] -> v=lr,... from its sweep.json (each rate times factor)
+# study-dir variants [divisor] -> v=lr,... from its sweep.json, each rate over divisor, to 3
+# significant digits (every grid rate exactly; a third of 1e-2 as 0.00333).
+lrs_of() {
   /usr/bin/env python3 - "$1/sweep.json" "$2" "${3:-1}" <<'PY'
 import json, sys
 chosen = json.load(open(sys.argv[1]))
-print(",".join(f"{v}={chosen[v] * float(sys.argv[3]):.3g}" for v in sys.argv[2].split(",")))
+print(",".join(f"{v}={chosen[v] / float(sys.argv[3]):.3g}" for v in sys.argv[2].split(",")))
 PY
 }
 
@@ -216,7 +218,7 @@ case $PIECE in
       --out "$ROOT/bpe-large" -- $(DATA=$PWD/data/brown-bpe4096 flags 512) --d 256 --layers 8 --batch 4
     # The small arm's rates may not transfer to the larger width: both variants again at a third of them.
     # shellcheck disable=SC2046
-    ablate --variants gpt_qknorm,ngpt --seeds 1 --lrs "$(lrs_of "$ROOT/bpe" gpt_qknorm,ngpt 0.3333333333)" \
+    ablate --variants gpt_qknorm,ngpt --seeds 1 --lrs "$(lrs_of "$ROOT/bpe" gpt_qknorm,ngpt 3)" \
       --baselines gpt_qknorm --out "$ROOT/bpe-large-lr3" -- $(DATA=$PWD/data/brown-bpe4096 flags 512) \
       --d 256 --layers 8 --batch 4 ;;
   optimizers)
