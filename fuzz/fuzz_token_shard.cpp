@@ -6,14 +6,25 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "normlab/train/data.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   // The input is both train.bin and val.bin of a shard directory.
-  static const std::string dir = "/tmp/normlab_fuzz_shard_" + std::to_string(getpid());
-  std::filesystem::create_directories(dir);
+  // One folder per process, removed when the fuzzer exits.
+  struct Folder {
+    std::string path =
+        (std::filesystem::temp_directory_path() / ("normlab_fuzz_shard_" + std::to_string(getpid()))).string();
+    Folder() { std::filesystem::create_directories(path); }
+    ~Folder() {
+      std::error_code ec;
+      std::filesystem::remove_all(path, ec);
+    }
+  };
+  static const Folder folder;
+  const std::string& dir = folder.path;
   for (const char* name : {"/train.bin", "/val.bin"}) {
     std::ofstream out(dir + name, std::ios::binary | std::ios::trunc);
     out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));

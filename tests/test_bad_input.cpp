@@ -13,6 +13,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <system_error>
 #include <type_traits>
 #include <vector>
 
@@ -26,8 +27,22 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// This process's scratch folder, removed when the process ends (a failing
+// check's files are in the log the check prints, not in what stays behind).
+const fs::path& scratch_root() {
+  struct Root {
+    fs::path path = fs::temp_directory_path() / ("normlab_bad_input_" + std::to_string(::getpid()));
+    ~Root() {
+      std::error_code ec;
+      fs::remove_all(path, ec);
+    }
+  };
+  static const Root root;
+  return root.path;
+}
+
 fs::path scratch(const std::string& name) {
-  const fs::path p = fs::temp_directory_path() / ("normlab_bad_input_" + std::to_string(::getpid())) / name;
+  const fs::path p = scratch_root() / name;
   fs::create_directories(p);
   return p;
 }
