@@ -12,8 +12,10 @@ message(STATUS "consumer built and ran against the installed normlab")
 if(EXAMPLES)
   # examples/ copied out of the tree, as a user would, and built against the package.
   file(COPY ${SOURCE_DIR}/examples/ DESTINATION ${WORK_DIR}/examples-copy)
+  # Warnings are errors here: the test command builds the examples only here, not
+  # also in normlab's own tree (scripts/test.sh).
   run(${CMAKE_COMMAND} -S ${WORK_DIR}/examples-copy -B ${WORK_DIR}/examples-build -G ${GENERATOR}
-      -DCMAKE_PREFIX_PATH=${NORMLAB_PREFIX} -DCMAKE_BUILD_TYPE=Release)
+      -DCMAKE_PREFIX_PATH=${NORMLAB_PREFIX} -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CXX_FLAGS=-Wall -Wextra -Werror")
   run(${CMAKE_COMMAND} --build ${WORK_DIR}/examples-build)
   run(${WORK_DIR}/examples-build/library_tour ${WORK_DIR}/tour)
   run(${WORK_DIR}/examples-build/train_tiny --steps 5)
