@@ -310,9 +310,13 @@ void BM_CeilingPair(benchmark::State& state, StepConfig c) {
 }
 #endif
 
-// --quick (CI): every benchmark runs once, the train steps at the reference
-// config only, so the binary is exercised end to end in seconds.
+// --quick (CI): every benchmark runs once, the train steps and pairs at a small
+// config (named "smoke" in place of "reference"), so the binary is exercised end
+// to end in seconds; figures come from full runs only.
 bool g_quick = false;
+constexpr StepConfig kSmoke{64, 2, 2, 64, 2, 256};
+StepConfig reference_config() { return g_quick ? kSmoke : kReference; }
+std::string reference_name() { return g_quick ? "smoke" : "reference"; }
 
 template <class Tag>
 void register_steps() {
@@ -326,13 +330,15 @@ void register_steps() {
     else
       b->MinTime(2.0);
   };
-  add("reference", kReference);
-  benchmark::RegisterBenchmark(("BM_ThreadPair/" + n + "/reference").c_str(), BM_ThreadPair<Tag>, kReference)
+  add(reference_name(), reference_config());
+  benchmark::RegisterBenchmark(("BM_ThreadPair/" + n + "/" + reference_name()).c_str(), BM_ThreadPair<Tag>,
+                               reference_config())
       ->Unit(benchmark::kMillisecond)
       ->UseRealTime()
       ->Iterations(g_quick ? 1 : 10);
 #ifdef NORMLAB_HAVE_OPENBLAS
-  benchmark::RegisterBenchmark(("BM_CeilingPair/" + n + "/reference").c_str(), BM_CeilingPair<Tag>, kReference)
+  benchmark::RegisterBenchmark(("BM_CeilingPair/" + n + "/" + reference_name()).c_str(), BM_CeilingPair<Tag>,
+                               reference_config())
       ->Unit(benchmark::kMillisecond)
       ->UseRealTime()
       ->Iterations(g_quick ? 1 : 10);
@@ -368,7 +374,7 @@ NORMLAB_BENCH_SHAPE(open_gelu_tanh, prenorm_gelu_tanh)  // GPT-2's plain GELU (t
 template <class Tag>
 void register_open_shape([[maybe_unused]] StepConfig c) {
 #ifdef NORMLAB_HAVE_OPENBLAS
-  benchmark::RegisterBenchmark(("BM_CeilingPair/" + std::string(Tag::name) + "/reference").c_str(),
+  benchmark::RegisterBenchmark(("BM_CeilingPair/" + std::string(Tag::name) + "/" + reference_name()).c_str(),
                                BM_CeilingPair<Tag>, c)
       ->Unit(benchmark::kMillisecond)
       ->UseRealTime()
@@ -376,13 +382,14 @@ void register_open_shape([[maybe_unused]] StepConfig c) {
 #endif
 }
 void register_open_shapes() {
-  StepConfig gqa = kReference, window = kReference;
+  const StepConfig ref = reference_config();
+  StepConfig gqa = ref, window = ref;
   gqa.kv_heads = 2;
-  window.window = 64;
+  window.window = ref.T / 4;
   register_open_shape<open_gqa>(gqa);
   register_open_shape<open_window>(window);
-  register_open_shape<open_relu2>(kReference);
-  register_open_shape<open_gelu_tanh>(kReference);
+  register_open_shape<open_relu2>(ref);
+  register_open_shape<open_gelu_tanh>(ref);
 }
 
 // ---------------------------------------------------------------- ceiling and kernels
@@ -650,15 +657,16 @@ int main(int argc, char** argv) {
   register_open_shapes();
   // ngpt/gpt and angpt/gpt, the overhead bars, step-interleaved (BM_StepPair).
   auto pair = [](const char* name, auto fn) {
-    auto* b = benchmark::RegisterBenchmark(name, fn, kReference)->Unit(benchmark::kMillisecond)->UseRealTime();
+    const std::string full = std::string(name) + "/" + reference_name();
+    auto* b = benchmark::RegisterBenchmark(full.c_str(), fn, reference_config())->Unit(benchmark::kMillisecond)->UseRealTime();
     b->Iterations(g_quick ? 1 : 20);
   };
-  pair("BM_StepPair/gpt/ngpt/reference", BM_StepPair<variants::gpt, variants::ngpt>);
-  pair("BM_StepPair/gpt/angpt/reference", BM_StepPair<variants::gpt, variants::angpt>);
+  pair("BM_StepPair/gpt/ngpt", BM_StepPair<variants::gpt, variants::ngpt>);
+  pair("BM_StepPair/gpt/angpt", BM_StepPair<variants::gpt, variants::angpt>);
   // Muon's whole step over AdamW's (the optimizers' speed bar: <= 1.15).
-  pair("BM_OptimizerPair/gpt/adamw/muon/reference", BM_OptimizerPair<variants::gpt, Precision::bf16>);
-  pair("BM_OptimizerPair/ngpt/adamw/muon/reference", BM_OptimizerPair<variants::ngpt, Precision::bf16>);
-  pair("BM_OptimizerPair/gpt/adamw/muon_fp32ns/reference", BM_OptimizerPair<variants::gpt, Precision::fp32>);
+  pair("BM_OptimizerPair/gpt/adamw/muon", BM_OptimizerPair<variants::gpt, Precision::bf16>);
+  pair("BM_OptimizerPair/ngpt/adamw/muon", BM_OptimizerPair<variants::ngpt, Precision::bf16>);
+  pair("BM_OptimizerPair/gpt/adamw/muon_fp32ns", BM_OptimizerPair<variants::gpt, Precision::fp32>);
   int n = static_cast<int>(args.size());
   benchmark::Initialize(&n, args.data());
   if (benchmark::ReportUnrecognizedArguments(n, args.data())) return 1;
