@@ -38,7 +38,7 @@
 #include "normlab/app/ablate.hpp"
 #include "normlab/app/cli.hpp"
 #include "normlab/app/context_report.hpp"
-#include "normlab/train/variants.hpp"
+#include "normlab/train/variant_names.hpp"
 
 namespace fs = std::filesystem;
 using normlab::find_on_path;
@@ -708,9 +708,7 @@ int run(int argc, char** argv) {
     }
     std::vector<std::string> missing;
     for (const auto& v : variants) {
-      bool known = false;
-      normlab::dispatch_variant(v, [&](auto) { known = true; });
-      if (!known && !is_executable_file(bin / ("train-" + v)))
+      if (!normlab::is_builtin_variant_name(v) && !is_executable_file(bin / ("train-" + v)))
         throw UsageError("unknown variant '" + v + "' (known: " + normlab::known_variants() +
                          "; a variant of your own needs its train-" + v + " in --bin-dir)");
     }
