@@ -21,6 +21,7 @@
 
 #include "normlab/app/ablate.hpp"
 #include "normlab/app/context_report.hpp"
+#include "temp_dir.hpp"
 
 namespace fs = std::filesystem;
 namespace ab = normlab::ablate;
@@ -28,20 +29,8 @@ namespace ab = normlab::ablate;
 namespace {
 
 // A fresh directory under the system temp dir, removed when the test ends.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::random_device rd;
-    path = fs::temp_directory_path() /
-           ("normlab_ablate_test_" + std::to_string(::getpid()) + "_" + std::to_string(rd()));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
+struct TempDir : normlab::test::TempDir {
+  TempDir() : normlab::test::TempDir("normlab_ablate_test_") {}
 };
 
 void write(const fs::path& p, const std::string& text) {

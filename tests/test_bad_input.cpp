@@ -13,7 +13,6 @@
 #include <optional>
 #include <sstream>
 #include <string>
-#include <system_error>
 #include <type_traits>
 #include <vector>
 
@@ -21,6 +20,7 @@
 #include "normlab/train/checkpoint.hpp"
 #include "normlab/app/driver.hpp"
 #include "normlab/train/variants.hpp"
+#include "temp_dir.hpp"
 
 using namespace normlab;
 namespace fs = std::filesystem;
@@ -30,14 +30,7 @@ namespace {
 // This process's scratch folder, removed when the process ends (a failing
 // check's files are in the log the check prints, not in what stays behind).
 const fs::path& scratch_root() {
-  struct Root {
-    fs::path path = fs::temp_directory_path() / ("normlab_bad_input_" + std::to_string(::getpid()));
-    ~Root() {
-      std::error_code ec;
-      fs::remove_all(path, ec);
-    }
-  };
-  static const Root root;
+  static const normlab::test::TempDir root("normlab_bad_input_");
   return root.path;
 }
 
