@@ -2,6 +2,7 @@
 // errors, Brown tag stripping, the synthetic language's entropy rate and the
 // batch samplers' determinism.
 #include "normlab/train/data.hpp"
+#include "temp_dir.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -21,20 +22,6 @@ using Catch::Contains;
 namespace fs = std::filesystem;
 
 namespace {
-
-// A fresh directory under the system temp dir, removed at scope exit.
-struct TempDir {
-  fs::path path;
-  explicit TempDir(const std::string& tag) {
-    path = fs::temp_directory_path() / ("normlab_test_data_" + tag + "_" + std::to_string(::getpid()));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
 
 void write_bytes(const fs::path& p, const std::string& bytes) {
   std::ofstream out(p, std::ios::binary | std::ios::trunc);
@@ -106,7 +93,7 @@ TEST_CASE("data: split_tokens takes the last fraction as validation, determinist
 }
 
 TEST_CASE("data: load_text_file reads bytes and names the path in errors") {
-  TempDir dir("text");
+  normlab::test::TempDir dir("normlab_test_data_text_");
   const fs::path good = dir.path / "good.txt";
   std::string text;
   while (text.size() < 5000) text += "the quick brown fox jumps over the lazy dog — ünïcödé\n";
@@ -134,7 +121,7 @@ TEST_CASE("data: load_text_file reads bytes and names the path in errors") {
 }
 
 TEST_CASE("data: load_bin_dir round-trips little-endian uint16 files and reports bad ones") {
-  TempDir dir("bin");
+  normlab::test::TempDir dir("normlab_test_data_bin_");
   std::vector<std::uint16_t> train, val;
   for (int i = 0; i < 3000; ++i) train.push_back(static_cast<std::uint16_t>((i * 7919) % 50257));
   for (int i = 0; i < 500; ++i) val.push_back(static_cast<std::uint16_t>((i * 104729) % 50257));
@@ -208,7 +195,7 @@ TEST_CASE("data: brown_plain_text strips tags into readable lines") {
 }
 
 TEST_CASE("data: ensure_brown_text caches the stripped corpus") {
-  TempDir dir("brown");
+  normlab::test::TempDir dir("normlab_test_data_brown_");
   CHECK_THAT(error_message([&] { ensure_brown_text(dir.path); }),
              Contains("brown_tagged.txt") && Contains("fetch-corpus.sh"));
   write_bytes(dir.path / "brown_tagged.txt", "\n\n\tA/at test/nn ./.\n");

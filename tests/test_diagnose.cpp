@@ -18,6 +18,7 @@
 #include "normlab/app/diag_report.hpp"
 #include "normlab/normlab.hpp"
 #include "normlab/train/checkpoint.hpp"
+#include "temp_dir.hpp"
 
 #ifndef NORMLAB_TEST_DATA_DIR
 #define NORMLAB_TEST_DATA_DIR "tests/data"
@@ -28,21 +29,6 @@ using namespace normlab;
 using Catch::Contains;
 
 namespace {
-
-struct ScratchDir {
-  fs::path path;
-  ScratchDir() {
-    std::random_device rd;
-    path = fs::temp_directory_path() / ("normlab_diagnose_test_" + std::to_string(::getpid()) + "_" + std::to_string(rd()));
-    fs::create_directories(path);
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  ScratchDir(const ScratchDir&) = delete;
-  ScratchDir& operator=(const ScratchDir&) = delete;
-};
 
 Eigen::MatrixXd random_matrix(Eigen::Index r, Eigen::Index c, std::mt19937_64& rng) {
   std::normal_distribution<double> nd(0.0, 1.0);
@@ -177,7 +163,7 @@ TEST_CASE("diagnose: row and column norm statistics") {
 }
 
 TEST_CASE("diagnose: a fresh nGPT checkpoint has unit norms along d and no embedding-norm spread") {
-  ScratchDir tmp;
+  normlab::test::TempDir tmp("normlab_diagnose_test_");
   NGPT<double> model(tiny_config(), 1, 16);
   model.init(1);
   const fs::path file = tmp.path / "ngpt.safetensors";
@@ -245,7 +231,7 @@ TEST_CASE("diagnose: a fresh nGPT checkpoint has unit norms along d and no embed
 }
 
 TEST_CASE("diagnose: GPT embedding norms spread, post-hoc normalization removes it") {
-  ScratchDir tmp;
+  normlab::test::TempDir tmp("normlab_diagnose_test_");
   ModelConfig c = tiny_config();
   // Initial std 1/√d puts the embedding rows near norm 1, as in trained GPTs
   // (the default 0.02 gives norms near 0.11 with a proportionally small spread).
@@ -304,7 +290,7 @@ struct plain_mlp_scheme : prenorm_rms {
 }  // namespace
 
 TEST_CASE("diagnose: a checkpoint of another shape (grouped kv heads, window, learned positions, biases) is read whole") {
-  ScratchDir tmp;
+  normlab::test::TempDir tmp("normlab_diagnose_test_");
   ModelConfig c = tiny_config();
   c.n_kv_heads = c.n_head / 2;
   c.attn_window = 4;
@@ -424,7 +410,7 @@ TEST_CASE("diagnose: with data, the embedding figures count only the tokens its 
 }
 
 TEST_CASE("diagnose: files that are not usable checkpoints give an error naming the file") {
-  ScratchDir tmp;
+  normlab::test::TempDir tmp("normlab_diagnose_test_");
   NGPT<float> model(tiny_config(), 1, 16);
   model.init(1);
   const fs::path good = tmp.path / "good.safetensors";

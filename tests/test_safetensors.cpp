@@ -1,6 +1,7 @@
 // Tests for normlab/io/safetensors.hpp: conversions, round trips, every
 // malformed-input error, atomic writes and the golden GPT reference file.
 #include "normlab/io/safetensors.hpp"
+#include "temp_dir.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -49,25 +50,13 @@ SafetensorsFile load(const std::string& header, std::size_t data_size) {
   return SafetensorsFile::from_bytes(make_file(header, data_size), kSrc);
 }
 
-// A fresh, empty directory under the system temp dir, removed on scope exit.
-struct TempDir {
-  fs::path path;
-  explicit TempDir(const std::string& tag) {
-    path = fs::temp_directory_path() / ("normlab_st_" + tag + "_" + std::to_string(::getpid()));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::vector<std::string> entries() const {
-    std::vector<std::string> out;
-    for (const auto& e : fs::directory_iterator(path)) out.push_back(e.path().filename().string());
-    std::sort(out.begin(), out.end());
-    return out;
-  }
-};
+// The names in a folder, sorted.
+std::vector<std::string> entries(const fs::path& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir)) out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
 
 // Checks that `h` is a correctly rounded (nearest, ties to even) encoding of
 // the finite float `f`, given the decoder and the encoding of +inf. Computed
@@ -604,7 +593,7 @@ TEST_CASE("safetensors: malformed: wrong shape", "[safetensors]") {
 }
 
 TEST_CASE("safetensors: open() names the path in errors", "[safetensors]") {
-  TempDir dir("open");
+  normlab::test::TempDir dir("normlab_st_open_");
   const fs::path missing = dir.path / "nope.safetensors";
   REQUIRE_THROWS_WITH(SafetensorsFile::open(missing), StartsWith(missing.string()) && Contains("cannot open"));
   REQUIRE_THROWS_WITH(SafetensorsFile::open(dir.path), StartsWith(dir.path.string()));
@@ -622,7 +611,7 @@ TEST_CASE("safetensors: open() names the path in errors", "[safetensors]") {
 // ---------------------------------------------------------------------------
 
 TEST_CASE("safetensors: write_atomic", "[safetensors]") {
-  TempDir dir("atomic");
+  normlab::test::TempDir dir("normlab_st_atomic_");
   SafetensorsWriter w;
   const std::vector<float> v{1, 2, 3, 4};
   w.add<float>("w", {2, 2}, v);
@@ -633,13 +622,13 @@ TEST_CASE("safetensors: write_atomic", "[safetensors]") {
     REQUIRE_THROWS_AS(w.write_atomic(target), Error);
     REQUIRE_THROWS_WITH(w.write_atomic(target), Contains(target.string()));
     REQUIRE_FALSE(fs::exists(dir.path / "missing_dir"));
-    REQUIRE(dir.entries().empty());
+    REQUIRE(entries(dir.path).empty());
   }
 
   SECTION("creates, then replaces an existing file; no temp file remains") {
     const fs::path target = dir.path / "out.safetensors";
     w.write_atomic(target);
-    REQUIRE(dir.entries() == std::vector<std::string>{"out.safetensors"});
+    REQUIRE(entries(dir.path) == std::vector<std::string>{"out.safetensors"});
     REQUIRE(SafetensorsFile::open(target).metadata_value("gen") == "1");
 
     SafetensorsWriter w2;
@@ -647,7 +636,7 @@ TEST_CASE("safetensors: write_atomic", "[safetensors]") {
     w2.add<double>("other", {1}, d);
     w2.set_metadata("gen", "2");
     w2.write_atomic(target);
-    REQUIRE(dir.entries() == std::vector<std::string>{"out.safetensors"});
+    REQUIRE(entries(dir.path) == std::vector<std::string>{"out.safetensors"});
     const auto f = SafetensorsFile::open(target);
     REQUIRE(f.source() == target.string());
     REQUIRE(f.metadata_value("gen") == "2");
@@ -665,7 +654,7 @@ TEST_CASE("safetensors: write_atomic", "[safetensors]") {
     fs::create_directory(target);
     fs::create_directory(target / "keep");  // non-empty, so rename() must fail
     REQUIRE_THROWS_WITH(w.write_atomic(target), Contains(target.string()));
-    REQUIRE(dir.entries() == std::vector<std::string>{"sub"});
+    REQUIRE(entries(dir.path) == std::vector<std::string>{"sub"});
   }
 
   SECTION("write failure (file size limit): throws, previous file intact, temp file removed") {
@@ -699,7 +688,7 @@ TEST_CASE("safetensors: write_atomic", "[safetensors]") {
 
     REQUIRE(threw);
     REQUIRE_THAT(message, StartsWith(target.string()) && Contains("write failed"));
-    REQUIRE(dir.entries() == std::vector<std::string>{"out.safetensors"});
+    REQUIRE(entries(dir.path) == std::vector<std::string>{"out.safetensors"});
     const auto f = SafetensorsFile::open(target);
     REQUIRE(f.metadata_value("gen") == "1");
     REQUIRE(f.read<float>("w") == v);
