@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -189,6 +190,67 @@ TEST_CASE("bf16: a product has the same bits on one thread and on the team", "[b
   omp_set_num_threads(threads);
 #endif
   CHECK(std::memcmp(C1.data(), C2.data(), C1.size() * sizeof(float)) == 0);
+}
+
+// An activation kept in bf16 (the MLP's act in a bf16 model) must give the
+// products the bits its float32 values give: both are rounded by the same
+// instruction, one while stored, the other while packed.
+TEST_CASE("bf16: round_to_bf16 rounds as packing does, and stored operands give the float32 operands' bits",
+          "[bf16]") {
+  skip_without_bf16();
+  std::mt19937_64 rng(21);
+  std::uniform_int_distribution<std::uint32_t> bits(0, 0x7f7fffffu);
+  std::vector<float> x(std::size_t(1000 + 17));
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::bit_cast<float>(bits(rng)) * (i % 2 ? 1.0f : -1.0f);
+  x[3] = 1.00390625f;   // a tie, even below
+  x[4] = 1.01171875f;   // a tie, odd: rounds up
+  x[5] = 1e-40f;        // subnormal: read as zero, as the BF16 instructions read it
+  std::vector<normlab::bfloat16> r(x.size());
+  cpu::round_to_bf16(r.data(), x.data(), std::int64_t(x.size()));
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    INFO("x = " << x[i]);
+    if (std::abs(x[i]) < std::numeric_limits<float>::min())
+      CHECK(to_float(r[i]) == 0.0f);
+    else
+      CHECK(static_cast<std::uint16_t>(r[i]) == float_to_bf16(x[i]));
+  }
+  // The products that read a stored activation: Y = X Wᵀ (X row-major) and
+  // dW += dYᵀ X (X row-major as B); tails in every dimension, odd K, several
+  // K-slabs, pieces over the threads, on the team and on one thread.
+  const std::int64_t shapes[][3] = {{1, 1, 1}, {13, 31, 7}, {29, 65, 33}, {70, 300, 1031}, {1100, 384, 700}};
+  PrecisionScope bf16(Precision::bf16);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  for (const auto& s : shapes) {
+    const std::int64_t M = s[0], N = s[1], K = s[2];
+    std::vector<float> A(std::size_t(M * K)), W(std::size_t(N * K)), dY(std::size_t(K * M)), Bm(std::size_t(K * N));
+    for (float& v : A) v = g(rng);
+    for (float& v : W) v = g(rng);
+    for (float& v : dY) v = g(rng);
+    for (float& v : Bm) v = g(rng);
+    std::vector<normlab::bfloat16> A16(A.size()), B16(Bm.size());
+    cpu::round_to_bf16(A16.data(), A.data(), std::int64_t(A.size()));
+    cpu::round_to_bf16(B16.data(), Bm.data(), std::int64_t(Bm.size()));
+    for (int threads : {0, 1}) {
+#ifdef _OPENMP
+      const int team = omp_get_max_threads();
+      if (threads == 1) omp_set_num_threads(1);
+#endif
+      INFO("M " << M << " N " << N << " K " << K << (threads == 1 ? ", one thread" : ", the team"));
+      std::vector<float> Y(std::size_t(M * N), 0.5f), Y16 = Y, D(std::size_t(M * N), 0.25f), D16 = D;
+      cpu::linear_forward(Y.data(), A.data(), W.data(), M, K, N, false, 0.75f);
+      cpu::linear_forward(Y16.data(), static_cast<const normlab::bfloat16*>(A16.data()), W.data(), M, K, N, false, 0.75f);
+      CHECK(std::memcmp(Y.data(), Y16.data(), Y.size() * sizeof(float)) == 0);
+      // dW (M × N) += dYᵀ B with dY (K × M) and B (K × N): the weight gradient's form.
+      cpu::linear_backward(static_cast<float*>(nullptr), D.data(), dY.data(), Bm.data(),
+                           static_cast<const float*>(nullptr), K, N, M, 1.0f);
+      cpu::linear_backward(static_cast<float*>(nullptr), D16.data(), dY.data(), static_cast<const normlab::bfloat16*>(B16.data()),
+                           static_cast<const float*>(nullptr), K, N, M, 1.0f);
+      CHECK(std::memcmp(D.data(), D16.data(), D.size() * sizeof(float)) == 0);
+#ifdef _OPENMP
+      omp_set_num_threads(team);
+#endif
+    }
+  }
 }
 
 TEST_CASE("bf16: fp32 stays the float32 engine, and bf16 differs from it", "[bf16]") {
@@ -391,6 +453,29 @@ TEMPLATE_LIST_TEST_CASE("bf16: every variant's loss and gradients against the fl
     m64r.backward();
     l16 = m32.forward(idx.data(), tgt.data(), B, seq);
     m32.backward();
+  }
+  // Built under bf16 products, a float32 model keeps its MLP activations in
+  // bf16: the plan is smaller by the act buffers' half, the loss and every
+  // gradient have m32's bits, and the model refuses to run under fp32.
+  {
+    using M32 = typename TestType::template model<float>;
+    const std::int64_t N = B * seq, F = mc.ff_dim();
+    const auto plan32 = M32::memory_plan(mc, B, seq);
+    PrecisionScope bf16(Precision::bf16);
+    const auto plan16 = M32::memory_plan(mc, B, seq);
+    CHECK(plan32.activations - plan16.activations ==
+          std::size_t(mc.n_layer) * (std::size_t(N * F) - std::size_t((N * F + 1) / 2)) * sizeof(float));
+    auto m32s = std::make_unique<M32>(mc, B, seq);
+    CHECK(m32s->stores_act_bf16());
+    CHECK_FALSE(m32.stores_act_bf16());
+    m32s->params().values() = m32.params().values();
+    const double l16s = m32s->forward(idx.data(), tgt.data(), B, seq);
+    m32s->backward();
+    CHECK(std::bit_cast<std::uint64_t>(l16s) == std::bit_cast<std::uint64_t>(l16));
+    CHECK(std::memcmp(m32s->params().grad(), m32.params().grad(), m32.params().size() * sizeof(float)) == 0);
+    cpu::set_matmul_precision(Precision::fp32);
+    CHECK_THROWS_WITH(m32s->forward(idx.data(), tgt.data(), B, seq),
+                      Catch::Contains("built under bf16 products") && Catch::Contains("run with float32 products"));
   }
   INFO("variant " << TestType::name << ": loss " << l64 << " (float64), " << l64r << " (float64, bf16 operands), "
                   << l16 << " (bf16)");

@@ -39,4 +39,10 @@ inline std::uint16_t float_to_bf16(float f) {
 }
 inline float bf16_to_float(std::uint16_t b) { return std::bit_cast<float>(static_cast<std::uint32_t>(b) << 16); }
 
+// A value stored in bf16 (an activation kept for the backward at half the
+// bytes): its own type, so a bf16 buffer never passes for a float one.
+enum class bfloat16 : std::uint16_t {};
+inline bfloat16 to_bfloat16(float f) { return bfloat16{float_to_bf16(f)}; }
+inline float to_float(bfloat16 b) { return bf16_to_float(static_cast<std::uint16_t>(b)); }
+
 }  // namespace normlab

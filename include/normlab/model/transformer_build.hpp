@@ -91,7 +91,10 @@ inline void Transformer<T, Scheme, Residual, Backend>::layout(Arena<T>& ar) {
     a.res_att.bind(ar, N, C);
     a.h_mid = ar.take(N * C);
     a.uv = ar.take(N * UV);
-    a.act = ar.take(N * F);
+    if (act_bf16_)
+      a.act16 = reinterpret_cast<bfloat16*>(ar.take((N * F + 1) / 2));
+    else
+      a.act = ar.take(N * F);
     a.m_raw = ar.take(N * C);
     a.out_mlp.bind(ar, N, C);
     a.res_mlp.bind(ar, N, C);
@@ -174,6 +177,7 @@ Transformer<T, Scheme, Residual, Backend>::Transformer(PlanOnly, ModelConfig cfg
     throw Error("Transformer: max_seq " + std::to_string(max_seq) + " exceeds the learned position table's " +
                 std::to_string(cfg_.n_positions) + " rows (n_positions): learned positions do not extrapolate");
   acts_.assign(static_cast<std::size_t>(cfg_.n_layer), LayerActs{});
+  if constexpr (kBf16Storage) act_bf16_ = Backend::stores_bf16();
   declare_params(allocate_params);
   Arena<T> counting;
   layout(counting);

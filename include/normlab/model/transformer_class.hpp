@@ -61,6 +61,16 @@ class Transformer {
   using Factors = typename Scheme::output_factors;
   using Constraint = typename Scheme::constraint;
   static constexpr bool kGated = activation_gated<typename Scheme::mlp_activation>();
+  // A float32 model on a backend that reads activations stored in bf16 keeps
+  // the MLP's act (read by products only) in bf16 when built under bf16
+  // products: half its bytes, the same bits (backend/cpu/backend.hpp).
+  static constexpr bool kBf16Storage =
+      std::is_same_v<T, float> && requires(float* y, const bfloat16* x, bfloat16* h, std::int64_t n) {
+        { Backend::stores_bf16() } -> std::convertible_to<bool>;
+        Backend::round_to_bf16(h, static_cast<const float*>(y), n);
+        Backend::linear_forward(y, x, static_cast<const float*>(y), n, n, n, false, 1.0f);
+        Backend::linear_backward(y, y, static_cast<const float*>(y), x, static_cast<const float*>(y), n, n, n, 1.0f);
+      };
 
  public:
   using scalar_type = T;
@@ -197,6 +207,9 @@ class Transformer {
   const T* block_output(std::int64_t l) const {
     return (l + 1 < cfg_.n_layer) ? acts_[l + 1].h_in : h_final_;
   }
+  // Whether the MLP's act is kept in bf16 (built under bf16 products on a
+  // backend that reads it): then the model runs only under bf16 products.
+  bool stores_act_bf16() const { return act_bf16_; }
   std::int64_t last_batch() const { return B_; }
   std::int64_t last_seq() const { return seq_; }
   // Attention probabilities of layer l from the last forward(): (B,H,T,T) with
@@ -234,7 +247,8 @@ class Transformer {
     const T* xm = nullptr;
     T* uv = nullptr;     // (N,UV) x W_fcᵀ
     Activation activation;
-    T* act = nullptr;    // (N,F)
+    T* act = nullptr;    // (N,F), or nullptr when act is stored in bf16:
+    bfloat16* act16 = nullptr;  // (N,F) act in bf16 (act_bf16_)
     T* m_raw = nullptr;  // (N,C) c_mlp · act W_projᵀ
     OutputNorm out_mlp;  // m = output_norm(m_raw)
     const T* m = nullptr;
@@ -351,6 +365,15 @@ class Transformer {
                     std::to_string(i) + " is outside the vocabulary [0, " + std::to_string(cfg_.vocab_size) + ")");
   }
 
+  // A model whose act is kept in bf16 runs only while products read bf16.
+  void check_storage() const {
+    if constexpr (kBf16Storage)
+      if (act_bf16_ && !Backend::stores_bf16())
+        throw Error(
+            "Transformer: built under bf16 products (its MLP activations kept in bf16) but run with float32 "
+            "products: build the model under the precision it runs in");
+  }
+
   void check_sizes(std::int64_t B, std::int64_t seq) const {
     if (B <= 0 || B > maxB_ || seq <= 0 || seq > maxT_)
       throw Error("Transformer: batch " + std::to_string(B) + " x seq " + std::to_string(seq) +
@@ -408,7 +431,8 @@ class Transformer {
   // projection's share of d_x_).
   T *d_h_ = nullptr, *d_x_ = nullptr, *d_work_ = nullptr, *d_y_ = nullptr;
   T *d_q_ = nullptr, *d_k_ = nullptr, *d_v_ = nullptr;                   // (N,C)
-  T* d_act_ = nullptr;      // (N,F)
+  T* d_act_ = nullptr;      // (N,F); forward's act in float32 before it is stored in bf16
+  bool act_bf16_ = false;   // act stored in bf16: decided as the model is built (kBf16Storage)
   T* d_uv_ = nullptr;       // (N,UV)
   T *kx_ = nullptr, *vx_ = nullptr;      // (N,C) k, v widened to every query head (grouped-query only)
   T *d_kc_ = nullptr, *d_vc_ = nullptr;  // (N,KV) their gradients summed per kv head (grouped-query only)

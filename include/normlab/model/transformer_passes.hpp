@@ -61,8 +61,18 @@ inline void Transformer<T, Scheme, Residual, Backend>::layer_forward(std::int64_
   a.xm = a.in_mlp.forward(c, a.h_mid, N, C);
   Backend::linear_forward(a.uv, a.xm, P(w.wfc), N, C, UV);
   add_bias(a.uv, w.bfc, N, UV);
-  a.activation.forward(c, a.act, a.uv, N, F);
-  Backend::linear_forward(a.m_raw, static_cast<const T*>(a.act), P(w.wproj), N, F, C, false, T(mlp_factor_));
+  if constexpr (kBf16Storage) {
+    if (act_bf16_) {  // act computed into d_act_ (free until backward), kept in bf16
+      a.activation.forward(c, d_act_, a.uv, N, F);
+      Backend::round_to_bf16(a.act16, d_act_, N * F);
+      Backend::linear_forward(a.m_raw, static_cast<const bfloat16*>(a.act16), P(w.wproj), N, F, C, false,
+                              T(mlp_factor_));
+    }
+  }
+  if (!act_bf16_) {
+    a.activation.forward(c, a.act, a.uv, N, F);
+    Backend::linear_forward(a.m_raw, static_cast<const T*>(a.act), P(w.wproj), N, F, C, false, T(mlp_factor_));
+  }
   add_bias(a.m_raw, w.bproj, N, C);
   a.m = a.out_mlp.forward(c, a.m_raw, N, C);
   a.res_mlp.forward(c, h_out, a.h_mid, a.m, N, C);
@@ -76,6 +86,7 @@ template <class T, NormScheme Scheme, ResidualRule Residual, class Backend>
 double Transformer<T, Scheme, Residual, Backend>::forward(const std::int64_t* idx, const std::int64_t* targets,
                                                          std::int64_t B, std::int64_t seq) {
   check_sizes(B, seq);
+  check_storage();
   check_tokens(idx, B * seq, "token");
   B_ = B;
   seq_ = seq;
@@ -100,6 +111,7 @@ template <class T, NormScheme Scheme, ResidualRule Residual, class Backend>
 const T* Transformer<T, Scheme, Residual, Backend>::decode_step(std::int64_t token, KVCache& cache) {
   if (cache.length >= maxT_)
     throw Error("Transformer::decode_step: the KV cache is full (" + std::to_string(maxT_) + " positions)");
+  check_storage();
   check_tokens(&token, 1, "token");
   targets_ = nullptr;
   B_ = 1;
@@ -116,6 +128,7 @@ template <class T, NormScheme Scheme, ResidualRule Residual, class Backend>
 void Transformer<T, Scheme, Residual, Backend>::backward(bool accumulate,
                                                         const std::function<void(std::size_t)>& ready) {
   if (!targets_) throw Error("Transformer::backward: the last forward() had no targets");
+  check_storage();
   if (!accumulate) zero_grads();
   const std::int64_t B = B_, seq = seq_, N = B * seq, C = cfg_.n_embd, F = cfg_.ff_dim(), V = cfg_.vocab_size;
   const std::int64_t KV = cfg_.kv_dim(), UV = kGated ? 2 * F : F;
@@ -139,7 +152,12 @@ void Transformer<T, Scheme, Residual, Backend>::backward(bool accumulate,
     a.res_mlp.backward(c, d_h_, d_work_, d_h_, h_out, a.h_mid, a.m, N, C);
     const T* dm = a.out_mlp.backward(c, d_y_, d_work_, a.m_raw, N, C);
     bias_grad(w.bproj, dm, N, C);
-    Backend::linear_backward(d_act_, G(w.wproj), dm, a.act, P(w.wproj), N, F, C, T(mlp_factor_));
+    if constexpr (kBf16Storage) {
+      if (act_bf16_)
+        Backend::linear_backward(d_act_, G(w.wproj), dm, static_cast<const bfloat16*>(a.act16), P(w.wproj), N, F,
+                                 C, T(mlp_factor_));
+    }
+    if (!act_bf16_) Backend::linear_backward(d_act_, G(w.wproj), dm, a.act, P(w.wproj), N, F, C, T(mlp_factor_));
     a.activation.backward(c, d_uv_, d_act_, a.uv, N, F);
     bias_grad(w.bfc, d_uv_, N, UV);
     Backend::linear_backward(d_x_, G(w.wfc), d_uv_, a.xm, P(w.wfc), N, C, UV);

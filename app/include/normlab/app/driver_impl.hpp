@@ -238,6 +238,7 @@ int train_main_with(int argc, char** argv, const VariantEntry<Backend>& v, const
         v.apply_defaults(t);
         schedule_of(t, t.steps);
       }
+      detail::set_precision<Backend>(o);  // a bf16 model keeps some activations in bf16: its own plan
       const RunMemory m = v.plan_memory(mc, o);
       std::printf("train-%s: dry run: flags valid; memory %s planned (%s); nothing trained\n",
                   std::string(v.name).c_str(), detail::gib(m.total()).c_str(), m.breakdown().c_str());

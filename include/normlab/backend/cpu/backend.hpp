@@ -69,6 +69,22 @@ struct cpu_backend {
                               std::int64_t in, std::int64_t out, T alpha = T(1)) {
     cpu::linear_backward(dX, dW, dY, X, W, N, in, out, alpha);
   }
+#if defined(NORMLAB_HAVE_BF16GEMM_AVX512)
+  // Activations stored in bf16 (optional members): a model keeps an activation
+  // that only products read in bf16 when stores_bf16() holds as it is built
+  // (float32 products running in bf16), rounded by round_to_bf16 and read by
+  // the two overloads below, which give the bits of the float32 values.
+  static bool stores_bf16() { return cpu::bf16_stored_operands(); }
+  static void round_to_bf16(bfloat16* dst, const float* src, std::int64_t n) { cpu::round_to_bf16(dst, src, n); }
+  static void linear_forward(float* Y, const bfloat16* X, const float* W, std::int64_t N, std::int64_t in,
+                             std::int64_t out, bool accumulate = false, float alpha = 1.0f) {
+    cpu::linear_forward(Y, X, W, N, in, out, accumulate, alpha);
+  }
+  static void linear_backward(float* dX, float* dW, const float* dY, const bfloat16* X, const float* W,
+                              std::int64_t N, std::int64_t in, std::int64_t out, float alpha = 1.0f) {
+    cpu::linear_backward(dX, dW, dY, X, W, N, in, out, alpha);
+  }
+#endif
   // C(n,n) = α X Xᵀ (X (n,k)) or, transposed, α XᵀX (X (k,n)): a symmetric
   // product, half of it computed (Muon's Newton–Schulz iteration; optional: a
   // backend without it runs linear_forward).

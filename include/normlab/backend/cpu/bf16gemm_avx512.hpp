@@ -31,6 +31,8 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "normlab/core/precision.hpp"
+
 #define NORMLAB_HAVE_BF16GEMM_AVX512 1
 #define NORMLAB_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 
@@ -57,6 +59,26 @@ NORMLAB_BF16_TARGET inline __m512i pairs_across(__m512 lo, __m512 hi) {
   const __m512i interleave = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7,
                                               22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
   return _mm512_permutexvar_epi16(interleave, both);
+}
+
+// The first n (clamped to 0..32) of 32 halfword lanes.
+inline __mmask32 bf16_lanes(int n) {
+  return n >= 32 ? __mmask32(0xffffffffu) : n <= 0 ? __mmask32(0) : __mmask32((1u << n) - 1u);
+}
+
+// dst[i] = src[i] rounded to bf16 with the packing's instruction
+// (vcvtneps2bf16: nearest even; subnormals read as zero), so a value stored
+// this way packs to the bits its float32 original would.
+NORMLAB_BF16_TARGET inline void round_to_bf16(bfloat16* dst, const float* src, std::int64_t n) {
+  std::int64_t i = 0;
+  for (; i + 32 <= n; i += 32)
+    _mm512_storeu_si512(dst + i, pairs_along(_mm512_loadu_ps(src + i), _mm512_loadu_ps(src + i + 16)));
+  if (i < n) {
+    const int r = int(n - i);
+    const __m512i w = pairs_along(_mm512_maskz_loadu_ps(detail::low_lanes(r), src + i),
+                                  _mm512_maskz_loadu_ps(detail::low_lanes(r - 16), src + i + 16));
+    _mm512_mask_storeu_epi16(dst + i, bf16_lanes(r), w);
+  }
 }
 
 // C tile (mv ≤ MR rows × nv ≤ 32 columns) = alpha · Ap·Bp (+ C when add), with
@@ -165,6 +187,34 @@ NORMLAB_BF16_TARGET inline void pack_a(std::uint32_t* dst, const float* A, std::
   }
 }
 
+// The same panels from A stored in bf16, row-major (an activation kept in
+// bf16): a row's 32 values along K already are its 16 pairs, so the words go
+// into the transpose as they are. The panel holds the bits that packing the
+// float32 values they were rounded from gives (the same rounding instruction,
+// round_to_bf16 below).
+template <bool kRowA, int MR = kMR>
+  requires kRowA
+NORMLAB_BF16_TARGET inline void pack_a(std::uint32_t* dst, const bfloat16* A, std::int64_t lda, std::int64_t i0,
+                                       std::int64_t m, std::int64_t k0, std::int64_t kn) {
+  const std::int64_t kp = (kn + 1) / 2;
+  const __mmask16 panel = detail::low_lanes(MR);
+  for (std::int64_t p = 0; p < m; p += MR) {
+    const int mv = int(std::min<std::int64_t>(MR, m - p));
+    const bfloat16* s = A + (i0 + p) * lda + k0;
+    std::uint32_t* d = dst + p * kp;
+    for (std::int64_t k = 0; k < kn; k += 32) {
+      const __mmask32 valid = bf16_lanes(int(kn - k));  // zero past the slab, as pack_a's float loads are
+      __m512 r[16];
+      for (int i = 0; i < 16; ++i)
+        r[i] = i < mv ? _mm512_castsi512_ps(_mm512_maskz_loadu_epi16(valid, s + i * lda + k)) : _mm512_setzero_ps();
+      detail::transpose16(r);
+      const int pairs = int(std::min<std::int64_t>(16, kp - k / 2));
+      for (int j = 0; j < pairs; ++j)
+        _mm512_mask_storeu_epi32(d + (k / 2 + j) * MR, panel, _mm512_castps_si512(r[j]));
+    }
+  }
+}
+
 // B's K-slab [k0, k0+kn) × columns [j0, j0+n) → panels of 32 columns of bf16
 // pairs, pair-major (panel of column q at dst + q·kp), zero past n and kn.
 // B(k,j) = kRowB ? B[k·ldb + j] : B[j·ldb + k].
@@ -215,6 +265,31 @@ NORMLAB_BF16_TARGET inline void pack_b(std::uint32_t* dst, const float* B, std::
   }
 }
 
+// The same panels from B stored in bf16, row-major (kRowB): rows k and k+1's
+// halfwords of 16 columns widened into the pairs' low and high halves.
+template <bool kRowB>
+  requires kRowB
+NORMLAB_BF16_TARGET inline void pack_b(std::uint32_t* dst, const bfloat16* B, std::int64_t ldb, std::int64_t k0,
+                                       std::int64_t kn, std::int64_t j0, std::int64_t n) {
+  const std::int64_t kp = (kn + 1) / 2;
+  for (std::int64_t q = 0; q < kp; ++q) {
+    const bfloat16* s0 = B + (k0 + 2 * q) * ldb + j0;
+    const bool second = 2 * q + 1 < kn;
+    const bfloat16* s1 = second ? s0 + ldb : s0;
+    for (std::int64_t c = 0; c < n; c += kNR) {
+      const int nv = int(std::min<std::int64_t>(kNR, n - c));
+      std::uint32_t* d = dst + c * kp + q * kNR;
+      for (int h = 0; h < 2; ++h) {
+        const __mmask16 cols = detail::low_lanes(nv - 16 * h);
+        const __m512i lo = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(cols, s0 + c + 16 * h));
+        const __m512i hi = second ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(cols, s1 + c + 16 * h))
+                                  : _mm512_setzero_si512();
+        _mm512_store_si512(d + 16 * h, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+      }
+    }
+  }
+}
+
 template <int MR>
 NORMLAB_BF16_TARGET inline void tile_product(std::int64_t nm, std::int64_t nn, std::int64_t kp, const std::uint32_t* Ap,
                                              const std::uint32_t* Bp, float* C, std::int64_t ldc, float alpha,
@@ -236,9 +311,11 @@ NORMLAB_BF16_TARGET inline void tile_product(std::int64_t nm, std::int64_t nn, s
 // avx512::sgemm's. `pack`: kPackFloats floats of 64-byte aligned scratch (the
 // float32 engine's: bf16 pairs take the same bytes per pair of k as one float
 // per k takes in half of it). M, N, K > 0; only where cpu_has_avx512_bf16().
-template <bool kRowA, bool kRowB>
-NORMLAB_BF16_TARGET void gemm(std::int64_t M, std::int64_t N, std::int64_t K, const float* A, std::int64_t lda,
-                              const float* B, std::int64_t ldb, float* C, std::int64_t ldc, bool add, float alpha,
+// Either operand may be stored in bf16 already (TA, TB = bfloat16, where a
+// pack_a/pack_b exists for its layout): the same panels, so the same bits.
+template <bool kRowA, bool kRowB, class TA = float, class TB = float>
+NORMLAB_BF16_TARGET void gemm(std::int64_t M, std::int64_t N, std::int64_t K, const TA* A, std::int64_t lda,
+                              const TB* B, std::int64_t ldb, float* C, std::int64_t ldc, bool add, float alpha,
                               float* pack) {
   auto* packB = reinterpret_cast<std::uint32_t*>(pack);
   auto* packA = reinterpret_cast<std::uint32_t*>(pack + kPackBFloats);

@@ -243,6 +243,48 @@ void serial_sgemm(std::int64_t M, std::int64_t N, std::int64_t K, const float* A
   openblas_sgemm<LhsOrder, RhsOrder>(M, N, K, A, lda, B, ldb, C, ldc, accumulate ? 1.0f : 0.0f, alpha);
 #endif
 }
+
+// A large product's C in fixed pieces along its longer side, handed out
+// dynamically to the OpenMP team: a thread on a slower (or busier) core takes
+// fewer. The pieces depend on the shape only (one thread runs the same pieces
+// in turn) and each is one serial product, so C has the same bits for any
+// thread count. Each piece packs the other operand again: pieces of ≥ 512
+// rows (or columns) where the shape allows keep that to a few % of the work.
+// Pieces are whole micro-tiles of the engine's kernel where it has them (the
+// AVX-512 kernel's 14 × 32: a 128-row piece would compute 140 rows).
+// piece(split_rows, first, count).
+template <class Piece>
+void for_each_piece(std::int64_t M, std::int64_t N, Piece&& piece) {
+  const bool split_rows = M >= N;
+  const std::int64_t len = split_rows ? M : N;
+  const std::int64_t pieces = std::clamp<std::int64_t>(len / 512, 2, 8);
+#if defined(NORMLAB_HAVE_SGEMM_AVX512)
+  const std::int64_t quantum = split_rows ? avx512::kMR : avx512::kNR;
+#else
+  const std::int64_t quantum = 16;
+#endif
+  const std::int64_t step = ((len + pieces - 1) / pieces + quantum - 1) / quantum * quantum;
+  const std::int64_t count = (len + step - 1) / step;
+  auto one = [&](std::int64_t p) {
+    const std::int64_t b = p * step;
+    piece(split_rows, b, std::min(step, len - b));
+  };
+  if (max_threads() == 1) {
+    for (std::int64_t p = 0; p < count; ++p) one(p);  // the same pieces, in turn
+  } else {
+#pragma omp parallel
+    {
+      // Every thread of the team sets up its packing scratch, piece or no
+      // piece: with pieces handed out dynamically, a thread that got none in
+      // the warm-up steps (descheduled on a busy host) allocated it in a
+      // later step (test_noalloc failed 16 times in 100 beside two busy
+      // processes).
+      reserve_serial_sgemm_scratch();
+#pragma omp for schedule(dynamic, 1)
+      for (std::int64_t p = 0; p < count; ++p) one(p);
+    }
+  }
+}
 }  // namespace detail
 #endif
 
@@ -289,26 +331,8 @@ void gemm(std::int64_t M, std::int64_t N, std::int64_t K, const T* A, std::int64
       // Small products (≤ 2^18 multiply-adds, OpenBLAS's own threading threshold): one call.
       if (double(M) * double(N) * double(K) <= double(1 << 18))
         return detail::serial_sgemm<LhsOrder, RhsOrder>(M, N, K, A, lda, B, ldb, C, ldc, accumulate, alpha);
-      // Otherwise C goes in fixed pieces along its longer side, handed out
-      // dynamically to the OpenMP team: a thread on a slower (or busier) core takes
-      // fewer. The pieces depend on the shape only (one thread runs the same pieces
-      // in turn) and each is one serial product, so C has the same bits for any
-      // thread count. Each piece packs the other operand again: pieces of ≥ 512
-      // rows (or columns) where the shape allows keep that to a few % of the work.
-      // Pieces are whole micro-tiles of the engine's kernel where it has them (the
-      // AVX-512 kernel's 14 × 32: a 128-row piece would compute 140 rows).
-      const bool split_rows = M >= N;
-      const std::int64_t len = split_rows ? M : N;
-      const std::int64_t pieces = std::clamp<std::int64_t>(len / 512, 2, 8);
-#if defined(NORMLAB_HAVE_SGEMM_AVX512)
-      const std::int64_t quantum = split_rows ? avx512::kMR : avx512::kNR;
-#else
-      const std::int64_t quantum = 16;
-#endif
-      const std::int64_t step = ((len + pieces - 1) / pieces + quantum - 1) / quantum * quantum;
-      const std::int64_t count = (len + step - 1) / step;
-      auto piece = [&](std::int64_t p) {
-        const std::int64_t b = p * step, n = std::min(step, len - b);
+      // Otherwise C goes in the fixed pieces of for_each_piece.
+      detail::for_each_piece(M, N, [&](bool split_rows, std::int64_t b, std::int64_t n) {
         if (split_rows) {
           const float* Ap = LhsOrder == Eigen::RowMajor ? A + b * lda : A + b;
           detail::serial_sgemm<LhsOrder, RhsOrder>(n, N, K, Ap, lda, B, ldb, C + b * ldc, ldc, accumulate, alpha);
@@ -316,28 +340,56 @@ void gemm(std::int64_t M, std::int64_t N, std::int64_t K, const T* A, std::int64
           const float* Bp = RhsOrder == Eigen::RowMajor ? B + b : B + b * ldb;
           detail::serial_sgemm<LhsOrder, RhsOrder>(M, n, K, A, lda, Bp, ldb, C + b, ldc, accumulate, alpha);
         }
-      };
-      if (max_threads() == 1) {
-        for (std::int64_t p = 0; p < count; ++p) piece(p);  // the same pieces, in turn
-      } else {
-#pragma omp parallel
-        {
-          // Every thread of the team sets up its packing scratch, piece or no
-          // piece: with pieces handed out dynamically, a thread that got none in
-          // the warm-up steps (descheduled on a busy host) allocated it in a
-          // later step (test_noalloc failed 16 times in 100 beside two busy
-          // processes).
-          detail::reserve_serial_sgemm_scratch();
-#pragma omp for schedule(dynamic, 1)
-          for (std::int64_t p = 0; p < count; ++p) piece(p);
-        }
-      }
+      });
       return;
     }
   }
 #endif
   detail::eigen_gemm<T, LhsOrder, RhsOrder>(M, N, K, A, lda, B, ldb, C, ldc, accumulate, alpha);
 }
+
+#if defined(NORMLAB_HAVE_BF16GEMM_AVX512)
+// Whether products can read operands stored in bf16 now: only while float32
+// products run in bf16, whose engine rounds the float32 operand as it packs.
+inline bool bf16_stored_operands() { return detail::bf16_products; }
+
+// gemm's bf16 product with operand A or B (TA, TB) stored in bf16, rounded
+// from float32 with avx512::bf16::round_to_bf16: the same pieces and panels
+// as gemm on the float32 values, so C has the same bits. Only while
+// bf16_stored_operands(); the layouts the engine packs from bf16 (A row-major,
+// B row-major).
+template <int LhsOrder, int RhsOrder, class TA, class TB>
+void gemm_bf16_stored(std::int64_t M, std::int64_t N, std::int64_t K, const TA* A, std::int64_t lda, const TB* B,
+                      std::int64_t ldb, float* C, std::int64_t ldc, bool accumulate, float alpha = 1.0f) {
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) {
+    if (!accumulate)
+      for (std::int64_t i = 0; i < M; ++i) std::fill_n(C + i * ldc, N, 0.0f);
+    return;
+  }
+  auto serial = [&](std::int64_t m, std::int64_t n, const TA* a, const TB* b, float* c) {
+    float* pack = detail::thread_scratch<float, detail::kSgemmPack>(std::size_t(avx512::kPackFloats));
+    avx512::bf16::gemm<LhsOrder == Eigen::RowMajor, RhsOrder == Eigen::RowMajor, TA, TB>(m, n, K, a, lda, b, ldb, c,
+                                                                                         ldc, accumulate, alpha, pack);
+  };
+  if (in_parallel() || double(M) * double(N) * double(K) <= double(1 << 18)) return serial(M, N, A, B, C);
+  detail::for_each_piece(M, N, [&](bool split_rows, std::int64_t b, std::int64_t n) {
+    if (split_rows)
+      serial(n, N, LhsOrder == Eigen::RowMajor ? A + b * lda : A + b, B, C + b * ldc);
+    else
+      serial(M, n, A, RhsOrder == Eigen::RowMajor ? B + b : B + b * ldb, C + b);
+  });
+}
+
+// dst = src rounded to bf16 (the packing's rounding), in parallel chunks.
+inline void round_to_bf16(bfloat16* dst, const float* src, std::int64_t n) {
+  constexpr std::int64_t kChunk = 1 << 14;
+  parallel_for((n + kChunk - 1) / kChunk, n > kChunk, [&](std::int64_t c) {
+    const std::int64_t b = c * kChunk;
+    avx512::bf16::round_to_bf16(dst + b, src + b, std::min(kChunk, n - b));
+  });
+}
+#endif
 
 // C(n,n) = alpha·G with G the Gram matrix X Xᵀ (X (n,k) row-major) or, when
 // `transposed`, XᵀX (X (k,n) row-major). G is symmetric, so the float32 engine
@@ -428,5 +480,19 @@ void linear_backward(T* dX, T* dW, const T* dY, const T* X, const T* W, std::int
   if (dX) gemm<T, Eigen::RowMajor, Eigen::RowMajor>(N, in, out, dY, out, W, in, dX, in, false, alpha);
   if (dW) gemm<T, Eigen::ColMajor, Eigen::RowMajor>(out, in, N, dY, out, X, in, dW, in, true, alpha);
 }
+
+#if defined(NORMLAB_HAVE_BF16GEMM_AVX512)
+// The same with X stored in bf16 (bf16_stored_operands() only): the bits of
+// the float32 X it was rounded from.
+inline void linear_forward(float* Y, const bfloat16* X, const float* W, std::int64_t N, std::int64_t in,
+                           std::int64_t out, bool accumulate = false, float alpha = 1.0f) {
+  gemm_bf16_stored<Eigen::RowMajor, Eigen::ColMajor>(N, out, in, X, in, W, in, Y, out, accumulate, alpha);
+}
+inline void linear_backward(float* dX, float* dW, const float* dY, const bfloat16* X, const float* W, std::int64_t N,
+                            std::int64_t in, std::int64_t out, float alpha = 1.0f) {
+  if (dX) gemm<float, Eigen::RowMajor, Eigen::RowMajor>(N, in, out, dY, out, W, in, dX, in, false, alpha);
+  if (dW) gemm_bf16_stored<Eigen::ColMajor, Eigen::RowMajor>(out, in, N, dY, out, X, in, dW, in, true, alpha);
+}
+#endif
 
 }  // namespace normlab::cpu
