@@ -253,6 +253,44 @@ TEST_CASE("bf16: round_to_bf16 rounds as packing does, and stored operands give 
   }
 }
 
+// The activations' backward reading uv stored in bf16: the bits of the float32
+// kernels on the rounded values (F whole packets and not, for both paths).
+TEST_CASE("bf16: the activations' backward on a bf16 uv equals the float32 kernels on the rounded uv", "[bf16]") {
+  skip_without_bf16();
+  std::mt19937_64 rng(31);
+  std::normal_distribution<float> g(0.0f, 1.5f);
+  for (const std::int64_t F : {std::int64_t(64), std::int64_t(37)}) {
+    const std::int64_t N = 300;
+    INFO("F " << F);
+    aligned_vector<float> uv(std::size_t(N * 2 * F)), da(std::size_t(N * F)), s(std::size_t(2 * F));
+    for (float& x : uv) x = g(rng);
+    for (float& x : da) x = g(rng);
+    for (float& x : s) x = 1.0f + 0.1f * g(rng);
+    std::vector<normlab::bfloat16> uv16(uv.size());
+    cpu::round_to_bf16(uv16.data(), uv.data(), std::int64_t(uv.size()));
+    aligned_vector<float> r = uv;
+    cpu::round_to_bf16_in_place(r.data(), std::int64_t(r.size()));
+    for (std::size_t i = 0; i < r.size(); ++i) REQUIRE(r[i] == to_float(uv16[i]));
+    auto same = [](const aligned_vector<float>& a, const aligned_vector<float>& b) {
+      return std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+    };
+    aligned_vector<float> d1(uv.size()), d2(uv.size()), s1(std::size_t(2 * F), 0.0f), s2 = s1;
+    cpu::swiglu_backward(d1.data(), da.data(), r.data(), N, F);
+    cpu::swiglu_backward(d2.data(), da.data(), static_cast<const normlab::bfloat16*>(uv16.data()), N, F);
+    CHECK(same(d1, d2));
+    cpu::scaled_swiglu_backward(d1.data(), s1.data(), da.data(), r.data(), s.data(), N, F, 0.7f);
+    cpu::scaled_swiglu_backward(d2.data(), s2.data(), da.data(), static_cast<const normlab::bfloat16*>(uv16.data()),
+                                s.data(), N, F, 0.7f);
+    CHECK(same(d1, d2));
+    CHECK(same(s1, s2));
+    for (Pointwise fn : {Pointwise::relu2, Pointwise::gelu_tanh, Pointwise::gelu_erf}) {
+      cpu::pointwise_backward(fn, d1.data(), da.data(), r.data(), N * F);
+      cpu::pointwise_backward(fn, d2.data(), da.data(), static_cast<const normlab::bfloat16*>(uv16.data()), N * F);
+      CHECK(same(d1, d2));
+    }
+  }
+}
+
 TEST_CASE("bf16: fp32 stays the float32 engine, and bf16 differs from it", "[bf16]") {
   skip_without_bf16();
   const std::int64_t M = 40, N = 40, K = 64;
@@ -454,17 +492,20 @@ TEMPLATE_LIST_TEST_CASE("bf16: every variant's loss and gradients against the fl
     l16 = m32.forward(idx.data(), tgt.data(), B, seq);
     m32.backward();
   }
-  // Built under bf16 products, a float32 model keeps its MLP activations in
-  // bf16: the plan is smaller by the act buffers' half, the loss and every
-  // gradient have m32's bits, and the model refuses to run under fp32.
+  // Built under bf16 products, a float32 model keeps its MLP activations (uv
+  // and act) in bf16: the plan is smaller by half of those buffers, the loss
+  // and every gradient have the bits of m32 (built under fp32, its uv rounded
+  // in place), and the model refuses to run under fp32.
   {
     using M32 = typename TestType::template model<float>;
     const std::int64_t N = B * seq, F = mc.ff_dim();
+    const std::int64_t UV = activation_gated<typename M32::scheme::mlp_activation>() ? 2 * F : F;
+    auto half = [](std::int64_t n) { return std::size_t(n) - std::size_t((n + 1) / 2); };  // floats saved
     const auto plan32 = M32::memory_plan(mc, B, seq);
     PrecisionScope bf16(Precision::bf16);
     const auto plan16 = M32::memory_plan(mc, B, seq);
     CHECK(plan32.activations - plan16.activations ==
-          std::size_t(mc.n_layer) * (std::size_t(N * F) - std::size_t((N * F + 1) / 2)) * sizeof(float));
+          std::size_t(mc.n_layer) * (half(N * F) + half(N * UV)) * sizeof(float));
     auto m32s = std::make_unique<M32>(mc, B, seq);
     CHECK(m32s->stores_act_bf16());
     CHECK_FALSE(m32.stores_act_bf16());

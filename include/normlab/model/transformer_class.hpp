@@ -71,6 +71,19 @@ class Transformer {
         Backend::linear_forward(y, x, static_cast<const float*>(y), n, n, n, false, 1.0f);
         Backend::linear_backward(y, y, static_cast<const float*>(y), x, static_cast<const float*>(y), n, n, n, 1.0f);
       };
+  // The bf16 method also keeps uv, the activation's saved input, in bf16 where
+  // the activation's backward reads it so (the built-ins on the CPU): stored in
+  // bf16 by a float32 model built under bf16 products, else rounded in place
+  // (a float32 model built before bf16 was set; the float64 oracle), so that
+  // every model of a bf16 run computes the same function.
+  static constexpr bool kRoundsUv =
+      requires(typename Scheme::mlp_activation::template site<float, Backend>& s, StepContext<float>& c, float* d,
+               const bfloat16* x, T* t, std::int64_t n) {
+        s.backward(c, d, static_cast<const float*>(d), x, n, n);
+        { Backend::stores_bf16() } -> std::convertible_to<bool>;
+        Backend::round_to_bf16_in_place(t, n);
+      };
+  static constexpr bool kUvBf16 = kBf16Storage && kRoundsUv;
 
  public:
   using scalar_type = T;
@@ -245,7 +258,8 @@ class Transformer {
     T* h_mid = nullptr;  // (N,C) after the attention residual
     InputNorm in_mlp;    // xm = input_norm(h_mid)
     const T* xm = nullptr;
-    T* uv = nullptr;     // (N,UV) x W_fcᵀ
+    T* uv = nullptr;     // (N,UV) x W_fcᵀ, or nullptr when uv is stored in bf16:
+    bfloat16* uv16 = nullptr;  // (N,UV) uv in bf16 (uv_bf16_)
     Activation activation;
     T* act = nullptr;    // (N,F), or nullptr when act is stored in bf16:
     bfloat16* act16 = nullptr;  // (N,F) act in bf16 (act_bf16_)
@@ -365,6 +379,15 @@ class Transformer {
                     std::to_string(i) + " is outside the vocabulary [0, " + std::to_string(cfg_.vocab_size) + ")");
   }
 
+  // Whether this forward rounds uv (the bf16 method; see kRoundsUv).
+  bool rounds_uv_now() const {
+    if constexpr (kRoundsUv) {
+      if constexpr (std::is_same_v<T, float>) return Backend::stores_bf16();
+      else return Backend::precision() == Precision::bf16;
+    }
+    return false;
+  }
+
   // A model whose act is kept in bf16 runs only while products read bf16.
   void check_storage() const {
     if constexpr (kBf16Storage)
@@ -433,6 +456,7 @@ class Transformer {
   T *d_q_ = nullptr, *d_k_ = nullptr, *d_v_ = nullptr;                   // (N,C)
   T* d_act_ = nullptr;      // (N,F); forward's act in float32 before it is stored in bf16
   bool act_bf16_ = false;   // act stored in bf16: decided as the model is built (kBf16Storage)
+  bool uv_bf16_ = false;    // uv stored in bf16 (kUvBf16), with act
   T* d_uv_ = nullptr;       // (N,UV)
   T *kx_ = nullptr, *vx_ = nullptr;      // (N,C) k, v widened to every query head (grouped-query only)
   T *d_kc_ = nullptr, *d_vc_ = nullptr;  // (N,KV) their gradients summed per kv head (grouped-query only)

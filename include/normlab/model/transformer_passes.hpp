@@ -59,20 +59,26 @@ inline void Transformer<T, Scheme, Residual, Backend>::layer_forward(std::int64_
   a.res_att.forward(c, a.h_mid, a.h_in, a.a, N, C);
   // ---- MLP
   a.xm = a.in_mlp.forward(c, a.h_mid, N, C);
-  Backend::linear_forward(a.uv, a.xm, P(w.wfc), N, C, UV);
-  add_bias(a.uv, w.bfc, N, UV);
+  // Stored in bf16, uv and act are computed in d_uv_ and d_act_ (free until backward) first.
+  T* uv = uv_bf16_ ? d_uv_ : a.uv;
+  Backend::linear_forward(uv, a.xm, P(w.wfc), N, C, UV);
+  add_bias(uv, w.bfc, N, UV);
+  a.activation.forward(c, act_bf16_ ? d_act_ : a.act, uv, N, F);
+  if constexpr (kUvBf16) {
+    if (uv_bf16_) Backend::round_to_bf16(a.uv16, static_cast<const T*>(uv), N * UV);
+  }
+  if constexpr (kRoundsUv) {
+    if (!uv_bf16_ && rounds_uv_now()) Backend::round_to_bf16_in_place(a.uv, N * UV);
+  }
   if constexpr (kBf16Storage) {
-    if (act_bf16_) {  // act computed into d_act_ (free until backward), kept in bf16
-      a.activation.forward(c, d_act_, a.uv, N, F);
-      Backend::round_to_bf16(a.act16, d_act_, N * F);
+    if (act_bf16_) {
+      Backend::round_to_bf16(a.act16, static_cast<const T*>(d_act_), N * F);
       Backend::linear_forward(a.m_raw, static_cast<const bfloat16*>(a.act16), P(w.wproj), N, F, C, false,
                               T(mlp_factor_));
     }
   }
-  if (!act_bf16_) {
-    a.activation.forward(c, a.act, a.uv, N, F);
+  if (!act_bf16_)
     Backend::linear_forward(a.m_raw, static_cast<const T*>(a.act), P(w.wproj), N, F, C, false, T(mlp_factor_));
-  }
   add_bias(a.m_raw, w.bproj, N, C);
   a.m = a.out_mlp.forward(c, a.m_raw, N, C);
   a.res_mlp.forward(c, h_out, a.h_mid, a.m, N, C);
@@ -158,7 +164,11 @@ void Transformer<T, Scheme, Residual, Backend>::backward(bool accumulate,
                                  C, T(mlp_factor_));
     }
     if (!act_bf16_) Backend::linear_backward(d_act_, G(w.wproj), dm, a.act, P(w.wproj), N, F, C, T(mlp_factor_));
-    a.activation.backward(c, d_uv_, d_act_, a.uv, N, F);
+    if constexpr (kUvBf16) {
+      if (uv_bf16_)
+        a.activation.backward(c, d_uv_, static_cast<const T*>(d_act_), static_cast<const bfloat16*>(a.uv16), N, F);
+    }
+    if (!uv_bf16_) a.activation.backward(c, d_uv_, d_act_, a.uv, N, F);
     bias_grad(w.bfc, d_uv_, N, UV);
     Backend::linear_backward(d_x_, G(w.wfc), d_uv_, a.xm, P(w.wfc), N, C, UV);
     Backend::add_into(d_h_, a.in_mlp.backward(c, d_work_, d_x_, a.h_mid, N, C), N * C);

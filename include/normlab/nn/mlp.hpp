@@ -9,12 +9,15 @@
 //   gelu_erf            act = GELU(u) = u·Φ(u)   (BERT, PyTorch's default)
 // site<T, Backend>: forward(ctx, act, uv, N, F); backward(ctx, duv, dact, uv, N, F).
 // A type without `gated` is gated (as every activation was before plain ones).
+// Optionally backward(ctx, duv, dact, const bfloat16* uv, N, F): uv stored in
+// bf16, which a bf16 model then does (the built-ins, where the backend reads it).
 #include <cmath>
 #include <cstdint>
 #include <string>
 #include <string_view>
 
 #include "normlab/core/pointwise.hpp"
+#include "normlab/core/precision.hpp"
 #include "normlab/nn/context.hpp"
 #include "normlab/nn/params.hpp"
 #include "normlab/nn/scale.hpp"
@@ -30,6 +33,11 @@ struct swiglu {
       Backend::swiglu_forward(act, uv, N, F);
     }
     void backward(StepContext<T>&, T* duv, const T* dact, const T* uv, std::int64_t N, std::int64_t F) {
+      Backend::swiglu_backward(duv, dact, uv, N, F);
+    }
+    void backward(StepContext<T>&, T* duv, const T* dact, const bfloat16* uv, std::int64_t N, std::int64_t F)
+      requires requires(T* d, const T* a, const bfloat16* x, std::int64_t n) { Backend::swiglu_backward(d, a, x, n, n); }
+    {
       Backend::swiglu_backward(duv, dact, uv, N, F);
     }
   };
@@ -51,7 +59,12 @@ struct scaled_swiglu {
       suv.template effective<Backend>(c, k_const(c), 2 * F, c.scale_tmp);
       Backend::scaled_swiglu_forward(act, uv, c.scale_tmp, N, F);
     }
-    void backward(StepContext<T>& c, T* duv, const T* dact, const T* uv, std::int64_t N, std::int64_t F) {
+    template <class U>
+    void backward(StepContext<T>& c, T* duv, const T* dact, const U* uv, std::int64_t N, std::int64_t F)
+      requires requires(T* d, const T* a, const U* x, std::int64_t n, T k) {
+        Backend::scaled_swiglu_backward(d, d, a, x, a, n, n, k);
+      }
+    {
       suv.template effective<Backend>(c, k_const(c), 2 * F, c.scale_tmp);
       Backend::fill(c.d_scale, 2 * F, T(0));
       Backend::scaled_swiglu_backward(duv, c.d_scale, dact, uv, c.scale_tmp, N, F, T(k_const(c)));
@@ -80,7 +93,10 @@ struct plain_activation {
     void forward(StepContext<T>&, T* act, const T* u, std::int64_t N, std::int64_t F) {
       Backend::pointwise_forward(Fn, act, u, N * F);
     }
-    void backward(StepContext<T>&, T* du, const T* dact, const T* u, std::int64_t N, std::int64_t F) {
+    template <class U>
+    void backward(StepContext<T>&, T* du, const T* dact, const U* u, std::int64_t N, std::int64_t F)
+      requires requires(T* d, const T* a, const U* x, std::int64_t n) { Backend::pointwise_backward(Fn, d, a, x, n); }
+    {
       Backend::pointwise_backward(Fn, du, dact, u, N * F);
     }
   };

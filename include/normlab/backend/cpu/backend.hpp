@@ -84,6 +84,21 @@ struct cpu_backend {
                               std::int64_t N, std::int64_t in, std::int64_t out, float alpha = 1.0f) {
     cpu::linear_backward(dX, dW, dY, X, W, N, in, out, alpha);
   }
+  // The bf16 method keeps the activation's saved input uv in bf16: stored so
+  // (the activations' backward read it, widened), or rounded in place in a
+  // float32 buffer (a model built before bf16 was set), or, float64, by the oracle.
+  static void round_to_bf16_in_place(float* x, std::int64_t n) { cpu::round_to_bf16_in_place(x, n); }
+  static void round_to_bf16_in_place(double* x, std::int64_t n) { cpu::round_to_bf16_in_place(x, n); }
+  static void swiglu_backward(float* duv, const float* dact, const bfloat16* uv, std::int64_t N, std::int64_t F) {
+    cpu::swiglu_backward(duv, dact, uv, N, F);
+  }
+  static void scaled_swiglu_backward(float* duv, float* ds, const float* dact, const bfloat16* uv, const float* s,
+                                     std::int64_t N, std::int64_t F, float c) {
+    cpu::scaled_swiglu_backward(duv, ds, dact, uv, s, N, F, c);
+  }
+  static void pointwise_backward(Pointwise fn, float* du, const float* dact, const bfloat16* u, std::int64_t n) {
+    cpu::pointwise_backward(fn, du, dact, u, n);
+  }
 #endif
   // C(n,n) = α X Xᵀ (X (n,k)) or, transposed, α XᵀX (X (k,n)): a symmetric
   // product, half of it computed (Muon's Newton–Schulz iteration; optional: a

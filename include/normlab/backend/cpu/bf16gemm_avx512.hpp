@@ -81,6 +81,19 @@ NORMLAB_BF16_TARGET inline void round_to_bf16(bfloat16* dst, const float* src, s
   }
 }
 
+// x[i] = x[i] rounded to bf16 as round_to_bf16 rounds it, widened back.
+NORMLAB_BF16_TARGET inline void round_in_place(float* x, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; i += 32) {
+    const int r = int(std::min<std::int64_t>(32, n - i));
+    const __mmask16 lo = detail::low_lanes(r), hi = detail::low_lanes(r - 16);
+    const __m512i w = pairs_along(_mm512_maskz_loadu_ps(lo, x + i), _mm512_maskz_loadu_ps(hi, x + i + 16));
+    const __m512i a = _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(w)), 16);
+    const __m512i b = _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(w, 1)), 16);
+    _mm512_mask_storeu_ps(x + i, lo, _mm512_castsi512_ps(a));
+    _mm512_mask_storeu_ps(x + i + 16, hi, _mm512_castsi512_ps(b));
+  }
+}
+
 // C tile (mv ≤ MR rows × nv ≤ 32 columns) = alpha · Ap·Bp (+ C when add), with
 // Ap: kp × MR words (Ap[p·MR + r]) and Bp: kp × 32 words (64-byte aligned),
 // kp the slab's pairs of k.

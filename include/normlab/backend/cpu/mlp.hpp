@@ -9,8 +9,29 @@
 
 #include "normlab/backend/cpu/primitives.hpp"
 #include "normlab/core/pointwise.hpp"
+#include "normlab/core/precision.hpp"
 
 namespace normlab::cpu {
+
+// The backward kernels below read their saved input U either as it is (U = T)
+// or stored in bf16 (U = bfloat16), one row (or chunk) at a time widened
+// exactly into this thread's scratch: the same arithmetic on the same values.
+// Eigen's evaluation of a row's expression depends on where its operands sit
+// relative to 64 bytes (which elements go in packets), so the widened row
+// starts at the offset element `at` of a 64-byte aligned float32 buffer (a
+// model's arena) would: the bits of the float32 kernel on the rounded values.
+namespace detail {
+template <class T>
+inline const T* widened(const T* x, std::int64_t, std::int64_t) {
+  return x;
+}
+inline const float* widened(const bfloat16* x, std::int64_t n, std::int64_t at) {
+  constexpr std::int64_t kLine = 64 / sizeof(float);
+  float* w = thread_scratch<float, kWidened>(std::size_t(n + kLine)) + at % kLine;
+  for (std::int64_t i = 0; i < n; ++i) w[i] = to_float(x[i]);
+  return w;
+}
+}  // namespace detail
 
 // ---------------------------------------------------------------- plain activations
 // act = f(u) elementwise over n values, and du = f'(u) ⊙ dact (Pointwise names f).
@@ -67,12 +88,12 @@ void pointwise_forward(Pointwise fn, T* act, const T* u, std::int64_t n) {
     }
   });
 }
-template <class T>
-void pointwise_backward(Pointwise fn, T* du, const T* dact, const T* u, std::int64_t n) {
+template <class T, class U = T>
+void pointwise_backward(Pointwise fn, T* du, const T* dact, const U* u, std::int64_t n) {
   constexpr std::int64_t chunk = 4096;
   parallel_for((n + chunk - 1) / chunk, n > kParallelGrain, [&](std::int64_t c) {
     const std::int64_t b = c * chunk, m = std::min(n, b + chunk) - b;
-    CArrayRow<T> x(u + b, m), d(dact + b, m);
+    CArrayRow<T> x(detail::widened(u + b, m, b), m), d(dact + b, m);
     ArrayRow<T> g(du + b, m);
     switch (fn) {
       case Pointwise::relu2: g = (x > T(0)).select(T(2) * x, T(0)) * d; break;
@@ -142,15 +163,16 @@ inline void swiglu_packet_grads(const P& da, const P& xu, const P& xg, P& dxu, P
 }  // namespace detail
 
 // du = dact ⊙ silu(g); dg = dact ⊙ u ⊙ σ(g)(1 + g(1 − σ(g)))
-template <class T>
-void swiglu_backward(T* duv, const T* dact, const T* uv, std::int64_t N, std::int64_t F) {
+template <class T, class U = T>
+void swiglu_backward(T* duv, const T* dact, const U* uv, std::int64_t N, std::int64_t F) {
   using P = detail::Packet<T>;
   constexpr std::int64_t W = detail::kPacketSize<T>;
   const bool packets = detail::packet_rows<T>(F, duv);
   parallel_for(N, N * F > kParallelGrain, [&](std::int64_t i) {
+    const T* row = detail::widened(uv + i * 2 * F, 2 * F, i * 2 * F);
     if (packets) {
       using namespace Eigen::internal;
-      const T *u = uv + i * 2 * F, *g = u + F, *da = dact + i * F;
+      const T *u = row, *g = u + F, *da = dact + i * F;
       T *du = duv + i * 2 * F, *dg = du + F;
       for (std::int64_t j = 0; j < F; j += W) {
         P dxu, dxg;
@@ -160,7 +182,7 @@ void swiglu_backward(T* duv, const T* dact, const T* uv, std::int64_t N, std::in
       }
       return;
     }
-    CArrayRow<T> u(uv + i * 2 * F, F), g(uv + i * 2 * F + F, F), da(dact + i * F, F);
+    CArrayRow<T> u(row, F), g(row + F, F), da(dact + i * F, F);
     // σ(g) goes through the dg half of the output (no temporary): each
     // element of it is read before it is overwritten.
     ArrayRow<T> du(duv + i * 2 * F, F), dg(duv + i * 2 * F + F, F);
@@ -186,8 +208,8 @@ void scaled_swiglu_forward(T* act, const T* uv, const T* s, std::int64_t N, std:
 // (c: the scale's re-parameterisation constant). The s_uv sum goes by row
 // chunks (row_chunk_reduce): a column-blocked walk over a 2F-wide matrix
 // misses the TLB on every row.
-template <class T>
-void scaled_swiglu_backward(T* duv, T* ds, const T* dact, const T* uv, const T* s, std::int64_t N, std::int64_t F,
+template <class T, class U = T>
+void scaled_swiglu_backward(T* duv, T* ds, const T* dact, const U* uv, const T* s, std::int64_t N, std::int64_t F,
                             T c) {
   using P = detail::Packet<T>;
   constexpr std::int64_t W = detail::kPacketSize<T>;
@@ -195,9 +217,10 @@ void scaled_swiglu_backward(T* duv, T* ds, const T* dact, const T* uv, const T* 
   const bool packets = detail::packet_rows<T>(F, duv);
   CArrayRow<T> su(s, F), sg(s + F, F);
   row_chunk_reduce(ds, N, 2 * F, N * F > kParallelGrain, [&](std::int64_t i, ArrayRow<T>& partial) {
+    const T* row = detail::widened(uv + i * 2 * F, 2 * F, i * 2 * F);
     if (packets && detail::packet_rows<T>(F, partial.data())) {
       using namespace Eigen::internal;
-      const T *u = uv + i * 2 * F, *g = u + F, *da = dact + i * F;
+      const T *u = row, *g = u + F, *da = dact + i * F;
       T *du = duv + i * 2 * F, *dg = du + F, *pu = partial.data(), *pg = pu + F;
       for (std::int64_t j = 0; j < F; j += W) {
         const P uj = ploadu<P>(u + j), gj = ploadu<P>(g + j), suj = ploadu<P>(s + j), sgj = ploadu<P>(s + F + j);
@@ -210,7 +233,7 @@ void scaled_swiglu_backward(T* duv, T* ds, const T* dact, const T* uv, const T* 
       }
       return;
     }
-    CArrayRow<T> u(uv + i * 2 * F, F), g(uv + i * 2 * F + F, F), da(dact + i * F, F);
+    CArrayRow<T> u(row, F), g(row + F, F), da(dact + i * F, F);
     ArrayRow<T> du(duv + i * 2 * F, F), dg(duv + i * 2 * F + F, F);
     dg = T(1) / (T(1) + (-(g * sg)).exp());                      // σ(x_g), parked in dg
     du = da * (g * sg) * dg;                                     // d x_u = da ⊙ silu(x_g)

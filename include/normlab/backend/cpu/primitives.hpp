@@ -180,6 +180,7 @@ enum ScratchSlot : int {
   kSgemmPack = 7,   // the AVX-512 SGEMM's packed panels (sgemm_avx512.hpp)
   kResidualRow = 8, // a residual rule's per-row terms, recomputed inside a row loop (residual.hpp)
   kBf16Operands = 9,  // a float64 product's operands rounded to bf16 (gemm.hpp: the bf16 method's oracle)
+  kWidened = 10,      // a row of an activation stored in bf16, widened to float32 (mlp.hpp)
 };
 template <class T, int Slot>
 T* thread_scratch(std::size_t n) {
