@@ -288,6 +288,40 @@ TEST_CASE("bf16: the activations' backward on a bf16 uv equals the float32 kerne
       cpu::pointwise_backward(fn, d2.data(), da.data(), static_cast<const normlab::bfloat16*>(uv16.data()), N * F);
       CHECK(same(d1, d2));
     }
+    // The one-pass forwards that store act and their input in bf16: the float32
+    // kernels' act, rounded, and the input rounded.
+    auto rounded = [](const aligned_vector<float>& x) {
+      std::vector<std::uint16_t> b(x.size());
+      for (std::size_t i = 0; i < x.size(); ++i)
+        b[i] = std::abs(x[i]) < std::numeric_limits<float>::min() ? std::uint16_t(0) : float_to_bf16(x[i]);
+      return b;
+    };
+    auto bits = [](const std::vector<normlab::bfloat16>& x) {
+      std::vector<std::uint16_t> b(x.size());
+      for (std::size_t i = 0; i < x.size(); ++i) {
+        const auto v = static_cast<std::uint16_t>(x[i]);
+        b[i] = v & 0x7fffu ? v : std::uint16_t(0);  // a zero of either sign as +0
+      }
+      return b;
+    };
+    const auto uv_bits = rounded(uv);
+    aligned_vector<float> act(std::size_t(N * F));
+    std::vector<normlab::bfloat16> act16(act.size()), kept(uv.size());
+    cpu::swiglu_forward(act.data(), uv.data(), N, F);
+    cpu::swiglu_forward(act16.data(), kept.data(), uv.data(), N, F);
+    CHECK(bits(act16) == rounded(act));
+    CHECK(bits(kept) == uv_bits);
+    cpu::scaled_swiglu_forward(act.data(), uv.data(), s.data(), N, F);
+    cpu::scaled_swiglu_forward(act16.data(), kept.data(), uv.data(), s.data(), N, F);
+    CHECK(bits(act16) == rounded(act));
+    CHECK(bits(kept) == uv_bits);
+    for (Pointwise fn : {Pointwise::relu2, Pointwise::gelu_tanh, Pointwise::gelu_erf}) {
+      cpu::pointwise_forward(fn, act.data(), uv.data(), N * F);
+      cpu::pointwise_forward(fn, act16.data(), kept.data(), uv.data(), N * F);
+      CHECK(bits(act16) == rounded(act));
+      CHECK(std::equal(kept.begin(), kept.begin() + N * F, uv16.begin(),
+                       [](normlab::bfloat16 a, normlab::bfloat16 b) { return a == b; }));
+    }
   }
 }
 

@@ -84,6 +84,11 @@ class Transformer {
         Backend::round_to_bf16_in_place(t, n);
       };
   static constexpr bool kUvBf16 = kBf16Storage && kRoundsUv;
+  // ... and, where the activation has the one-pass forward that stores both, calls it.
+  static constexpr bool kKeepsInForward =
+      kUvBf16 && requires(Activation& s, StepContext<T>& c, bfloat16* h, const T* x, std::int64_t n) {
+        s.forward(c, h, h, x, n, n);
+      };
 
  public:
   using scalar_type = T;

@@ -63,16 +63,23 @@ inline void Transformer<T, Scheme, Residual, Backend>::layer_forward(std::int64_
   T* uv = uv_bf16_ ? d_uv_ : a.uv;
   Backend::linear_forward(uv, a.xm, P(w.wfc), N, C, UV);
   add_bias(uv, w.bfc, N, UV);
-  a.activation.forward(c, act_bf16_ ? d_act_ : a.act, uv, N, F);
+  bool kept = false;  // act and uv already stored in bf16 by the activation's forward
+  if constexpr (kKeepsInForward) {
+    if (uv_bf16_) {
+      a.activation.forward(c, a.act16, a.uv16, static_cast<const T*>(uv), N, F);
+      kept = true;
+    }
+  }
+  if (!kept) a.activation.forward(c, act_bf16_ ? d_act_ : a.act, uv, N, F);
   if constexpr (kUvBf16) {
-    if (uv_bf16_) Backend::round_to_bf16(a.uv16, static_cast<const T*>(uv), N * UV);
+    if (uv_bf16_ && !kept) Backend::round_to_bf16(a.uv16, static_cast<const T*>(uv), N * UV);
   }
   if constexpr (kRoundsUv) {
     if (!uv_bf16_ && rounds_uv_now()) Backend::round_to_bf16_in_place(a.uv, N * UV);
   }
   if constexpr (kBf16Storage) {
     if (act_bf16_) {
-      Backend::round_to_bf16(a.act16, static_cast<const T*>(d_act_), N * F);
+      if (!kept) Backend::round_to_bf16(a.act16, static_cast<const T*>(d_act_), N * F);
       Backend::linear_forward(a.m_raw, static_cast<const bfloat16*>(a.act16), P(w.wproj), N, F, C, false,
                               T(mlp_factor_));
     }

@@ -10,7 +10,9 @@
 // site<T, Backend>: forward(ctx, act, uv, N, F); backward(ctx, duv, dact, uv, N, F).
 // A type without `gated` is gated (as every activation was before plain ones).
 // Optionally backward(ctx, duv, dact, const bfloat16* uv, N, F): uv stored in
-// bf16, which a bf16 model then does (the built-ins, where the backend reads it).
+// bf16, which a bf16 model then does (the built-ins, where the backend reads it);
+// and forward(ctx, bfloat16* act, bfloat16* uv_kept, uv, N, F): act and uv
+// stored in bf16 in the same pass (else the model rounds them after forward).
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -31,6 +33,11 @@ struct swiglu {
     void declare(ParamStore<T>&, const std::string&, const ModelConfig&) {}
     void forward(StepContext<T>&, T* act, const T* uv, std::int64_t N, std::int64_t F) {
       Backend::swiglu_forward(act, uv, N, F);
+    }
+    void forward(StepContext<T>&, bfloat16* act, bfloat16* uv_kept, const T* uv, std::int64_t N, std::int64_t F)
+      requires requires(bfloat16* h, const T* x, std::int64_t n) { Backend::swiglu_forward(h, h, x, n, n); }
+    {
+      Backend::swiglu_forward(act, uv_kept, uv, N, F);
     }
     void backward(StepContext<T>&, T* duv, const T* dact, const T* uv, std::int64_t N, std::int64_t F) {
       Backend::swiglu_backward(duv, dact, uv, N, F);
@@ -58,6 +65,12 @@ struct scaled_swiglu {
     void forward(StepContext<T>& c, T* act, const T* uv, std::int64_t N, std::int64_t F) {
       suv.template effective<Backend>(c, k_const(c), 2 * F, c.scale_tmp);
       Backend::scaled_swiglu_forward(act, uv, c.scale_tmp, N, F);
+    }
+    void forward(StepContext<T>& c, bfloat16* act, bfloat16* uv_kept, const T* uv, std::int64_t N, std::int64_t F)
+      requires requires(bfloat16* h, const T* x, std::int64_t n) { Backend::scaled_swiglu_forward(h, h, x, x, n, n); }
+    {
+      suv.template effective<Backend>(c, k_const(c), 2 * F, c.scale_tmp);
+      Backend::scaled_swiglu_forward(act, uv_kept, uv, c.scale_tmp, N, F);
     }
     template <class U>
     void backward(StepContext<T>& c, T* duv, const T* dact, const U* uv, std::int64_t N, std::int64_t F)
@@ -92,6 +105,11 @@ struct plain_activation {
     void declare(ParamStore<T>&, const std::string&, const ModelConfig&) {}
     void forward(StepContext<T>&, T* act, const T* u, std::int64_t N, std::int64_t F) {
       Backend::pointwise_forward(Fn, act, u, N * F);
+    }
+    void forward(StepContext<T>&, bfloat16* act, bfloat16* u_kept, const T* u, std::int64_t N, std::int64_t F)
+      requires requires(bfloat16* h, const T* x, std::int64_t n) { Backend::pointwise_forward(Fn, h, h, x, n); }
+    {
+      Backend::pointwise_forward(Fn, act, u_kept, u, N * F);
     }
     template <class U>
     void backward(StepContext<T>&, T* du, const T* dact, const U* u, std::int64_t N, std::int64_t F)

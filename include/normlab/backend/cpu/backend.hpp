@@ -99,6 +99,17 @@ struct cpu_backend {
   static void pointwise_backward(Pointwise fn, float* du, const float* dact, const bfloat16* u, std::int64_t n) {
     cpu::pointwise_backward(fn, du, dact, u, n);
   }
+  // The activations' forwards that keep act and their input in bf16 (one pass).
+  static void pointwise_forward(Pointwise fn, bfloat16* act, bfloat16* u_kept, const float* u, std::int64_t n) {
+    cpu::pointwise_forward(fn, act, u_kept, u, n);
+  }
+  static void swiglu_forward(bfloat16* act, bfloat16* uv_kept, const float* uv, std::int64_t N, std::int64_t F) {
+    cpu::swiglu_forward(act, uv_kept, uv, N, F);
+  }
+  static void scaled_swiglu_forward(bfloat16* act, bfloat16* uv_kept, const float* uv, const float* s, std::int64_t N,
+                                    std::int64_t F) {
+    cpu::scaled_swiglu_forward(act, uv_kept, uv, s, N, F);
+  }
 #endif
   // C(n,n) = α X Xᵀ (X (n,k)) or, transposed, α XᵀX (X (k,n)): a symmetric
   // product, half of it computed (Muon's Newton–Schulz iteration; optional: a

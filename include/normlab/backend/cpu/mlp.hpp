@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "normlab/backend/cpu/bf16gemm_avx512.hpp"
 #include "normlab/backend/cpu/primitives.hpp"
 #include "normlab/core/pointwise.hpp"
 #include "normlab/core/precision.hpp"
@@ -68,24 +69,30 @@ inline T pointwise_derivative(Pointwise fn, T u) {
 // vectors (Eigen's tanh is vectorized for float; for double it calls
 // std::tanh per value, as pointwise_value does). GELU (erf) stays a scalar
 // loop: Eigen's core has no vectorized erf.
+namespace detail {
+template <class T>
+void pointwise_chunk(Pointwise fn, T* act, const T* u, std::int64_t m) {
+  CArrayRow<T> x(u, m);
+  ArrayRow<T> y(act, m);
+  switch (fn) {
+    case Pointwise::relu2: y = (x > T(0)).select(x * x, T(0)); break;
+    case Pointwise::gelu_tanh: {
+      const T k = T(0.7978845608028654), a = T(0.044715);  // √(2/π)
+      y = T(0.5) * x * (T(1) + (k * (x + a * x * x * x)).tanh());
+      break;
+    }
+    case Pointwise::gelu_erf:
+      for (std::int64_t i = 0; i < m; ++i) y[i] = pointwise_value(fn, x[i]);
+      break;
+  }
+}
+}  // namespace detail
 template <class T>
 void pointwise_forward(Pointwise fn, T* act, const T* u, std::int64_t n) {
   constexpr std::int64_t chunk = 4096;
   parallel_for((n + chunk - 1) / chunk, n > kParallelGrain, [&](std::int64_t c) {
-    const std::int64_t b = c * chunk, m = std::min(n, b + chunk) - b;
-    CArrayRow<T> x(u + b, m);
-    ArrayRow<T> y(act + b, m);
-    switch (fn) {
-      case Pointwise::relu2: y = (x > T(0)).select(x * x, T(0)); break;
-      case Pointwise::gelu_tanh: {
-        const T k = T(0.7978845608028654), a = T(0.044715);  // √(2/π)
-        y = T(0.5) * x * (T(1) + (k * (x + a * x * x * x)).tanh());
-        break;
-      }
-      case Pointwise::gelu_erf:
-        for (std::int64_t i = 0; i < m; ++i) y[i] = pointwise_value(fn, x[i]);
-        break;
-    }
+    const std::int64_t b = c * chunk;
+    detail::pointwise_chunk(fn, act + b, u + b, std::min(n, b + chunk) - b);
   });
 }
 template <class T, class U = T>
@@ -119,12 +126,17 @@ inline T sigmoid(T x) {
 
 // Row-wise with Eigen arrays so exp() is vectorized (a scalar loop is
 // exp-bound at ~4 GB/s; docs/perf.md).
+namespace detail {
+template <class T>
+void swiglu_row(T* act, const T* uv, std::int64_t F) {
+  CArrayRow<T> u(uv, F), g(uv + F, F);
+  ArrayRow<T>(act, F) = u * g / (T(1) + (-g).exp());
+}
+}  // namespace detail
 template <class T>
 void swiglu_forward(T* act, const T* uv, std::int64_t N, std::int64_t F) {
-  parallel_for(N, N * F > kParallelGrain, [&](std::int64_t i) {
-    CArrayRow<T> u(uv + i * 2 * F, F), g(uv + i * 2 * F + F, F);
-    ArrayRow<T>(act + i * F, F) = u * g / (T(1) + (-g).exp());
-  });
+  parallel_for(N, N * F > kParallelGrain,
+               [&](std::int64_t i) { detail::swiglu_row(act + i * F, uv + i * 2 * F, F); });
 }
 
 namespace detail {
@@ -194,14 +206,58 @@ void swiglu_backward(T* duv, const T* dact, const U* uv, std::int64_t N, std::in
 
 // Scaled SwiGLU (nGPT): x = uv ⊙ s with s (2F) = [s_u | s_g]; act = x_u ⊙ silu(x_g).
 // One pass, the scaled pre-activation is never stored.
+namespace detail {
+template <class T>
+void scaled_swiglu_row(T* act, const T* uv, const T* s, std::int64_t F) {
+  CArrayRow<T> su(s, F), sg(s + F, F), u(uv, F), g(uv + F, F);
+  ArrayRow<T>(act, F) = (u * su) * (g * sg) / (T(1) + (-(g * sg)).exp());
+}
+}  // namespace detail
 template <class T>
 void scaled_swiglu_forward(T* act, const T* uv, const T* s, std::int64_t N, std::int64_t F) {
-  CArrayRow<T> su(s, F), sg(s + F, F);
-  parallel_for(N, N * F > kParallelGrain, [&](std::int64_t i) {
-    CArrayRow<T> u(uv + i * 2 * F, F), g(uv + i * 2 * F + F, F);
-    ArrayRow<T>(act + i * F, F) = (u * su) * (g * sg) / (T(1) + (-(g * sg)).exp());
+  parallel_for(N, N * F > kParallelGrain,
+               [&](std::int64_t i) { detail::scaled_swiglu_row(act + i * F, uv + i * 2 * F, s, F); });
+}
+
+#if defined(NORMLAB_HAVE_BF16GEMM_AVX512)
+// The forwards of a bf16 model that keeps act and the activation's input in
+// bf16: each row (chunk) computed as above into scratch that sits where a
+// 64-byte aligned act buffer's row would (the same bits), then act and the
+// input rounded as round_to_bf16 rounds them, while both are in cache.
+namespace detail {
+inline float* act_row(std::int64_t n, std::int64_t at) {
+  constexpr std::int64_t kLine = 64 / sizeof(float);
+  return thread_scratch<float, kActRow>(std::size_t(n + kLine)) + at % kLine;
+}
+}  // namespace detail
+inline void pointwise_forward(Pointwise fn, bfloat16* act, bfloat16* u_kept, const float* u, std::int64_t n) {
+  constexpr std::int64_t chunk = 4096;
+  parallel_for((n + chunk - 1) / chunk, n > kParallelGrain, [&](std::int64_t c) {
+    const std::int64_t b = c * chunk, m = std::min(n, b + chunk) - b;
+    float* y = detail::act_row(m, b);
+    detail::pointwise_chunk(fn, y, u + b, m);
+    avx512::bf16::round_to_bf16(act + b, y, m);
+    avx512::bf16::round_to_bf16(u_kept + b, u + b, m);
   });
 }
+inline void swiglu_forward(bfloat16* act, bfloat16* uv_kept, const float* uv, std::int64_t N, std::int64_t F) {
+  parallel_for(N, N * F > kParallelGrain, [&](std::int64_t i) {
+    float* y = detail::act_row(F, i * F);
+    detail::swiglu_row(y, uv + i * 2 * F, F);
+    avx512::bf16::round_to_bf16(act + i * F, y, F);
+    avx512::bf16::round_to_bf16(uv_kept + i * 2 * F, uv + i * 2 * F, 2 * F);
+  });
+}
+inline void scaled_swiglu_forward(bfloat16* act, bfloat16* uv_kept, const float* uv, const float* s, std::int64_t N,
+                                  std::int64_t F) {
+  parallel_for(N, N * F > kParallelGrain, [&](std::int64_t i) {
+    float* y = detail::act_row(F, i * F);
+    detail::scaled_swiglu_row(y, uv + i * 2 * F, s, F);
+    avx512::bf16::round_to_bf16(act + i * F, y, F);
+    avx512::bf16::round_to_bf16(uv_kept + i * 2 * F, uv + i * 2 * F, 2 * F);
+  });
+}
+#endif
 
 // Backward of scaled_swiglu_forward in one pass: duv = dx ⊙ s and
 // ds += c · Σ_rows dx ⊙ uv, with dx the gradient at the scaled pre-activation
