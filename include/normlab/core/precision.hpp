@@ -41,6 +41,8 @@ inline float bf16_to_float(std::uint16_t b) { return std::bit_cast<float>(static
 
 // A value stored in bf16 (an activation kept for the backward at half the
 // bytes): its own type, so a bf16 buffer never passes for a float one.
+// OpenBLAS's cblas.h declares a global `bfloat16` too: code that says `using
+// namespace normlab` beside it writes normlab::bfloat16.
 enum class bfloat16 : std::uint16_t {};
 inline bfloat16 to_bfloat16(float f) { return bfloat16{float_to_bf16(f)}; }
 inline float to_float(bfloat16 b) { return bf16_to_float(static_cast<std::uint16_t>(b)); }
