@@ -198,6 +198,8 @@ TEST_CASE("bf16: a product has the same bits on one thread and on the team", "[b
 TEST_CASE("bf16: round_to_bf16 rounds as packing does, and stored operands give the float32 operands' bits",
           "[bf16]") {
   skip_without_bf16();
+  // Built only with the engine (a build without AVX-512 has skipped above).
+#if defined(NORMLAB_HAVE_BF16GEMM_AVX512)
   std::mt19937_64 rng(21);
   std::uniform_int_distribution<std::uint32_t> bits(0, 0x7f7fffffu);
   std::vector<float> x(std::size_t(1000 + 17));
@@ -251,12 +253,15 @@ TEST_CASE("bf16: round_to_bf16 rounds as packing does, and stored operands give 
 #endif
     }
   }
+#endif
 }
 
 // The activations' backward reading uv stored in bf16: the bits of the float32
 // kernels on the rounded values (F whole packets and not, for both paths).
 TEST_CASE("bf16: the activations' backward on a bf16 uv equals the float32 kernels on the rounded uv", "[bf16]") {
   skip_without_bf16();
+  // Built only with the engine (a build without AVX-512 has skipped above).
+#if defined(NORMLAB_HAVE_BF16GEMM_AVX512)
   std::mt19937_64 rng(31);
   std::normal_distribution<float> g(0.0f, 1.5f);
   for (const std::int64_t F : {std::int64_t(64), std::int64_t(37)}) {
@@ -323,6 +328,7 @@ TEST_CASE("bf16: the activations' backward on a bf16 uv equals the float32 kerne
                        [](normlab::bfloat16 a, normlab::bfloat16 b) { return a == b; }));
     }
   }
+#endif
 }
 
 TEST_CASE("bf16: fp32 stays the float32 engine, and bf16 differs from it", "[bf16]") {
