@@ -32,8 +32,6 @@ namespace {
 constexpr double kBf16Unit = 0x1p-8;
 constexpr double kF32Unit = 0x1p-24;
 
-double as_bf16(float x) { return double(bf16_to_float(float_to_bf16(x))); }
-
 double rel_err(const float* a, const double* b, std::size_t n) {
   double num = 0, den = 0;
   for (std::size_t i = 0; i < n; ++i) {
@@ -85,12 +83,12 @@ void check_gemm(std::int64_t M, std::int64_t N, std::int64_t K, bool accumulate,
   for (std::int64_t i = 0; i < M; ++i)
     for (std::int64_t k = 0; k < K; ++k) {
       ax[std::size_t(i * K + k)] = double(a(i, k));
-      ar[std::size_t(i * K + k)] = as_bf16(a(i, k));
+      ar[std::size_t(i * K + k)] = bf16_method_round(a(i, k));
     }
   for (std::int64_t j = 0; j < N; ++j)
     for (std::int64_t k = 0; k < K; ++k) {
       bx[std::size_t(j * K + k)] = double(b(k, j));
-      br[std::size_t(j * K + k)] = as_bf16(b(k, j));
+      br[std::size_t(j * K + k)] = bf16_method_round(b(k, j));
     }
   double worst_rounded = 0, worst_exact = 0;
   for (std::int64_t i = 0; i < M; ++i)
@@ -297,8 +295,7 @@ TEST_CASE("bf16: the activations' backward on a bf16 uv equals the float32 kerne
     // kernels' act, rounded, and the input rounded.
     auto rounded = [](const aligned_vector<float>& x) {
       std::vector<std::uint16_t> b(x.size());
-      for (std::size_t i = 0; i < x.size(); ++i)
-        b[i] = std::abs(x[i]) < std::numeric_limits<float>::min() ? std::uint16_t(0) : float_to_bf16(x[i]);
+      for (std::size_t i = 0; i < x.size(); ++i) b[i] = bf16_method_bits(x[i]);
       return b;
     };
     auto bits = [](const std::vector<normlab::bfloat16>& x) {

@@ -6,7 +6,9 @@
 // float64 model under bf16 rounds its products' operands to bf16 and multiplies
 // in float64: the oracle of the bf16 method; under fp32 it is the exact oracle.
 #include <bit>
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string_view>
 
@@ -38,6 +40,16 @@ inline std::uint16_t float_to_bf16(float f) {
   return static_cast<std::uint16_t>(u >> 16);
 }
 inline float bf16_to_float(std::uint16_t b) { return std::bit_cast<float>(static_cast<std::uint32_t>(b) << 16); }
+
+// x rounded to bf16 as the bf16 method's products read it: via float (as a
+// float32 model holds it), to nearest even, a float32 subnormal read as +0 (as
+// the BF16 instructions read one). The float64 oracle's rounding of every
+// operand and kept activation; the bits are what the AVX-512 rounding stores.
+inline std::uint16_t bf16_method_bits(double x) {
+  const float f = float(x);
+  return std::abs(f) < std::numeric_limits<float>::min() ? std::uint16_t(0) : float_to_bf16(f);
+}
+inline double bf16_method_round(double x) { return double(bf16_to_float(bf16_method_bits(x))); }
 
 // A value stored in bf16 (an activation kept for the backward at half the
 // bytes): its own type, so a bf16 buffer never passes for a float one.

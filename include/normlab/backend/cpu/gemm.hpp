@@ -289,9 +289,8 @@ void for_each_piece(std::int64_t M, std::int64_t N, Piece&& piece) {
 #endif
 
 namespace detail {
-// The float64 oracle of the bf16 method: op(A) and op(B) rounded to bf16 (via
-// float, as a float32 model's values are; subnormals read as zero, as the BF16
-// instructions read them), then multiplied in float64. Copies into grow-only
+// The float64 oracle of the bf16 method: op(A) and op(B) rounded to bf16
+// (bf16_method_round), then multiplied in float64. Copies into grow-only
 // scratch, same layout with the leading dimension tightened.
 template <int LhsOrder, int RhsOrder>
 void gemm_bf16_operands(std::int64_t M, std::int64_t N, std::int64_t K, const double* A, std::int64_t lda,
@@ -303,10 +302,7 @@ void gemm_bf16_operands(std::int64_t M, std::int64_t N, std::int64_t K, const do
   double* b = a + a_rows * a_cols;
   auto round_copy = [](double* dst, const double* src, std::int64_t rows, std::int64_t cols, std::int64_t ld) {
     for (std::int64_t i = 0; i < rows; ++i)
-      for (std::int64_t j = 0; j < cols; ++j) {
-        const float f = float(src[i * ld + j]);
-        dst[i * cols + j] = std::abs(f) < std::numeric_limits<float>::min() ? 0.0 : double(bf16_to_float(float_to_bf16(f)));
-      }
+      for (std::int64_t j = 0; j < cols; ++j) dst[i * cols + j] = bf16_method_round(src[i * ld + j]);
   };
   round_copy(a, A, a_rows, a_cols, lda);
   round_copy(b, B, b_rows, b_cols, ldb);
@@ -401,13 +397,10 @@ inline void round_to_bf16_in_place(float* x, std::int64_t n) {
 }
 #endif
 
-// The float64 oracle's rounding of the same: via float, subnormals to zero (as
+// The float64 oracle's rounding of the same (bf16_method_round, as
 // gemm_bf16_operands rounds a product's operands).
 inline void round_to_bf16_in_place(double* x, std::int64_t n) {
-  for (std::int64_t i = 0; i < n; ++i) {
-    const float f = float(x[i]);
-    x[i] = std::abs(f) < std::numeric_limits<float>::min() ? 0.0 : double(bf16_to_float(float_to_bf16(f)));
-  }
+  for (std::int64_t i = 0; i < n; ++i) x[i] = bf16_method_round(x[i]);
 }
 
 // C(n,n) = alpha·G with G the Gram matrix X Xᵀ (X (n,k) row-major) or, when
