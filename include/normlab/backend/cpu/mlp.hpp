@@ -16,19 +16,15 @@ namespace normlab::cpu {
 
 // The backward kernels below read their saved input U either as it is (U = T)
 // or stored in bf16 (U = bfloat16), one row (or chunk) at a time widened
-// exactly into this thread's scratch: the same arithmetic on the same values.
-// Eigen's evaluation of a row's expression depends on where its operands sit
-// relative to 64 bytes (which elements go in packets), so the widened row
-// starts at the offset element `at` of a 64-byte aligned float32 buffer (a
-// model's arena) would: the bits of the float32 kernel on the rounded values.
+// exactly into this thread's scratch where element `at` of the float32 buffer
+// would sit (scratch_row_like): the float32 kernel's bits on the rounded values.
 namespace detail {
 template <class T>
 inline const T* widened(const T* x, std::int64_t, std::int64_t) {
   return x;
 }
 inline const float* widened(const bfloat16* x, std::int64_t n, std::int64_t at) {
-  constexpr std::int64_t kLine = 64 / sizeof(float);
-  float* w = thread_scratch<float, kWidened>(std::size_t(n + kLine)) + at % kLine;
+  float* w = scratch_row_like<kWidened>(n, at);
   for (std::int64_t i = 0; i < n; ++i) w[i] = to_float(x[i]);
   return w;
 }
@@ -221,20 +217,14 @@ void scaled_swiglu_forward(T* act, const T* uv, const T* s, std::int64_t N, std:
 
 #if defined(NORMLAB_HAVE_BF16GEMM_AVX512)
 // The forwards of a bf16 model that keeps act and the activation's input in
-// bf16: each row (chunk) computed as above into scratch that sits where a
-// 64-byte aligned act buffer's row would (the same bits), then act and the
-// input rounded as round_to_bf16 rounds them, while both are in cache.
-namespace detail {
-inline float* act_row(std::int64_t n, std::int64_t at) {
-  constexpr std::int64_t kLine = 64 / sizeof(float);
-  return thread_scratch<float, kActRow>(std::size_t(n + kLine)) + at % kLine;
-}
-}  // namespace detail
+// bf16: each row (chunk) computed as above into scratch that sits where the
+// float32 act buffer's row would (scratch_row_like: the same bits), then act
+// and the input rounded as round_to_bf16 rounds them, while both are in cache.
 inline void pointwise_forward(Pointwise fn, bfloat16* act, bfloat16* u_kept, const float* u, std::int64_t n) {
   constexpr std::int64_t chunk = 4096;
   parallel_for((n + chunk - 1) / chunk, n > kParallelGrain, [&](std::int64_t c) {
     const std::int64_t b = c * chunk, m = std::min(n, b + chunk) - b;
-    float* y = detail::act_row(m, b);
+    float* y = detail::scratch_row_like<detail::kActRow>(m, b);
     detail::pointwise_chunk(fn, y, u + b, m);
     avx512::bf16::round_to_bf16(act + b, y, m);
     avx512::bf16::round_to_bf16(u_kept + b, u + b, m);
@@ -242,7 +232,7 @@ inline void pointwise_forward(Pointwise fn, bfloat16* act, bfloat16* u_kept, con
 }
 inline void swiglu_forward(bfloat16* act, bfloat16* uv_kept, const float* uv, std::int64_t N, std::int64_t F) {
   parallel_for(N, N * F > kParallelGrain, [&](std::int64_t i) {
-    float* y = detail::act_row(F, i * F);
+    float* y = detail::scratch_row_like<detail::kActRow>(F, i * F);
     detail::swiglu_row(y, uv + i * 2 * F, F);
     avx512::bf16::round_to_bf16(act + i * F, y, F);
     avx512::bf16::round_to_bf16(uv_kept + i * 2 * F, uv + i * 2 * F, 2 * F);
@@ -251,7 +241,7 @@ inline void swiglu_forward(bfloat16* act, bfloat16* uv_kept, const float* uv, st
 inline void scaled_swiglu_forward(bfloat16* act, bfloat16* uv_kept, const float* uv, const float* s, std::int64_t N,
                                   std::int64_t F) {
   parallel_for(N, N * F > kParallelGrain, [&](std::int64_t i) {
-    float* y = detail::act_row(F, i * F);
+    float* y = detail::scratch_row_like<detail::kActRow>(F, i * F);
     detail::scaled_swiglu_row(y, uv + i * 2 * F, s, F);
     avx512::bf16::round_to_bf16(act + i * F, y, F);
     avx512::bf16::round_to_bf16(uv_kept + i * 2 * F, uv + i * 2 * F, 2 * F);

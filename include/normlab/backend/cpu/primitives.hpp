@@ -190,6 +190,17 @@ T* thread_scratch(std::size_t n) {
   return buf.data();
 }
 
+// n floats of scratch slot Slot, starting where element `at` of a 64-byte
+// aligned float32 buffer (a model's arena) sits relative to 64 bytes. Eigen's
+// evaluation of a row expression depends on where its operands sit (which
+// elements go in packets), so a row computed or widened here gets the bits it
+// would get in place.
+template <int Slot>
+float* scratch_row_like(std::int64_t n, std::int64_t at) {
+  constexpr std::int64_t kLine = 64 / sizeof(float);
+  return thread_scratch<float, Slot>(std::size_t(n + kLine)) + at % kLine;
+}
+
 }  // namespace detail
 
 // out(L) += scale · Σ_rows, with body(i, partial) adding row i's terms into
