@@ -90,7 +90,7 @@ inline void Transformer<T, Scheme, Residual, Backend>::layout(Arena<T>& ar) {
     a.out_att.bind(ar, N, C);
     a.res_att.bind(ar, N, C);
     a.h_mid = ar.take(N * C);
-    if (uv_bf16_)
+    if (uv_bf16())
       a.uv16 = reinterpret_cast<bfloat16*>(ar.take((N * UV + 1) / 2));
     else
       a.uv = ar.take(N * UV);
@@ -181,7 +181,6 @@ Transformer<T, Scheme, Residual, Backend>::Transformer(PlanOnly, ModelConfig cfg
                 std::to_string(cfg_.n_positions) + " rows (n_positions): learned positions do not extrapolate");
   acts_.assign(static_cast<std::size_t>(cfg_.n_layer), LayerActs{});
   if constexpr (kBf16Storage) act_bf16_ = Backend::stores_bf16();
-  if constexpr (kUvBf16) uv_bf16_ = act_bf16_;
   declare_params(allocate_params);
   Arena<T> counting;
   layout(counting);

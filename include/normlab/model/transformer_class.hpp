@@ -264,7 +264,7 @@ class Transformer {
     InputNorm in_mlp;    // xm = input_norm(h_mid)
     const T* xm = nullptr;
     T* uv = nullptr;     // (N,UV) x W_fcᵀ, or nullptr when uv is stored in bf16:
-    bfloat16* uv16 = nullptr;  // (N,UV) uv in bf16 (uv_bf16_)
+    bfloat16* uv16 = nullptr;  // (N,UV) uv in bf16 (uv_bf16())
     Activation activation;
     T* act = nullptr;    // (N,F), or nullptr when act is stored in bf16:
     bfloat16* act16 = nullptr;  // (N,F) act in bf16 (act_bf16_)
@@ -384,6 +384,24 @@ class Transformer {
                     std::to_string(i) + " is outside the vocabulary [0, " + std::to_string(cfg_.vocab_size) + ")");
   }
 
+  // uv is stored in bf16 where act is and the activation's backward reads bf16.
+  bool uv_bf16() const { return kUvBf16 && act_bf16_; }
+  // Calls f with act, and g with uv, as this model stores them (const bfloat16*
+  // or T*): the products and the activation's backward read either.
+  template <class F>
+  void with_stored_act(const LayerActs& a, F&& f) const {
+    if constexpr (kBf16Storage)
+      if (act_bf16_) return f(static_cast<const bfloat16*>(a.act16));
+    f(static_cast<const T*>(a.act));
+  }
+  template <class F>
+  void with_stored_uv(const LayerActs& a, F&& f) const {
+    if constexpr (kUvBf16)
+      if (uv_bf16()) return f(static_cast<const bfloat16*>(a.uv16));
+    f(static_cast<const T*>(a.uv));
+  }
+  void mlp_activation_forward(StepContext<T>& c, LayerActs& a, T* uv, std::int64_t N, std::int64_t F);
+
   // Whether this forward rounds uv (the bf16 method; see kRoundsUv).
   bool rounds_uv_now() const {
     if constexpr (kRoundsUv) {
@@ -461,7 +479,6 @@ class Transformer {
   T *d_q_ = nullptr, *d_k_ = nullptr, *d_v_ = nullptr;                   // (N,C)
   T* d_act_ = nullptr;      // (N,F); forward's act in float32 before it is stored in bf16
   bool act_bf16_ = false;   // act stored in bf16: decided as the model is built (kBf16Storage)
-  bool uv_bf16_ = false;    // uv stored in bf16 (kUvBf16), with act
   T* d_uv_ = nullptr;       // (N,UV)
   T *kx_ = nullptr, *vx_ = nullptr;      // (N,C) k, v widened to every query head (grouped-query only)
   T *d_kc_ = nullptr, *d_vc_ = nullptr;  // (N,KV) their gradients summed per kv head (grouped-query only)

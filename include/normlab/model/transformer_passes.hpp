@@ -60,35 +60,35 @@ inline void Transformer<T, Scheme, Residual, Backend>::layer_forward(std::int64_
   // ---- MLP
   a.xm = a.in_mlp.forward(c, a.h_mid, N, C);
   // Stored in bf16, uv and act are computed in d_uv_ and d_act_ (free until backward) first.
-  T* uv = uv_bf16_ ? d_uv_ : a.uv;
+  T* uv = uv_bf16() ? d_uv_ : a.uv;
   Backend::linear_forward(uv, a.xm, P(w.wfc), N, C, UV);
   add_bias(uv, w.bfc, N, UV);
-  bool kept = false;  // act and uv already stored in bf16 by the activation's forward
-  if constexpr (kKeepsInForward) {
-    if (uv_bf16_) {
-      a.activation.forward(c, a.act16, a.uv16, static_cast<const T*>(uv), N, F);
-      kept = true;
-    }
-  }
-  if (!kept) a.activation.forward(c, act_bf16_ ? d_act_ : a.act, uv, N, F);
-  if constexpr (kUvBf16) {
-    if (uv_bf16_ && !kept) Backend::round_to_bf16(a.uv16, static_cast<const T*>(uv), N * UV);
-  }
-  if constexpr (kRoundsUv) {
-    if (!uv_bf16_ && rounds_uv_now()) Backend::round_to_bf16_in_place(a.uv, N * UV);
-  }
-  if constexpr (kBf16Storage) {
-    if (act_bf16_) {
-      if (!kept) Backend::round_to_bf16(a.act16, static_cast<const T*>(d_act_), N * F);
-      Backend::linear_forward(a.m_raw, static_cast<const bfloat16*>(a.act16), P(w.wproj), N, F, C, false,
-                              T(mlp_factor_));
-    }
-  }
-  if (!act_bf16_)
-    Backend::linear_forward(a.m_raw, static_cast<const T*>(a.act), P(w.wproj), N, F, C, false, T(mlp_factor_));
+  mlp_activation_forward(c, a, uv, N, F);
+  with_stored_act(a, [&](auto act) {
+    Backend::linear_forward(a.m_raw, act, P(w.wproj), N, F, C, false, T(mlp_factor_));
+  });
   add_bias(a.m_raw, w.bproj, N, C);
   a.m = a.out_mlp.forward(c, a.m_raw, N, C);
   a.res_mlp.forward(c, h_out, a.h_mid, a.m, N, C);
+}
+
+// The MLP's activation on the float32 uv just computed (in d_uv_ where uv is
+// stored in bf16), act and uv then stored as this model keeps them: in one pass
+// where the activation stores both in bf16, else rounded after its forward
+// (or uv rounded in place: the bf16 method on a float32-stored model).
+template <class T, NormScheme Scheme, ResidualRule Residual, class Backend>
+void Transformer<T, Scheme, Residual, Backend>::mlp_activation_forward(StepContext<T>& c, LayerActs& a, T* uv,
+                                                                      std::int64_t N, std::int64_t F) {
+  const std::int64_t UV = kGated ? 2 * F : F;
+  if constexpr (kKeepsInForward)
+    if (uv_bf16()) return a.activation.forward(c, a.act16, a.uv16, static_cast<const T*>(uv), N, F);
+  a.activation.forward(c, act_bf16_ ? d_act_ : a.act, uv, N, F);
+  if constexpr (kUvBf16)
+    if (uv_bf16()) Backend::round_to_bf16(a.uv16, static_cast<const T*>(uv), N * UV);
+  if constexpr (kRoundsUv)
+    if (!uv_bf16() && rounds_uv_now()) Backend::round_to_bf16_in_place(a.uv, N * UV);
+  if constexpr (kBf16Storage)
+    if (act_bf16_) Backend::round_to_bf16(a.act16, static_cast<const T*>(d_act_), N * F);
 }
 
 // The entry points, defined out of the class: not inline, so a translation unit
@@ -165,17 +165,10 @@ void Transformer<T, Scheme, Residual, Backend>::backward(bool accumulate,
     a.res_mlp.backward(c, d_h_, d_work_, d_h_, h_out, a.h_mid, a.m, N, C);
     const T* dm = a.out_mlp.backward(c, d_y_, d_work_, a.m_raw, N, C);
     bias_grad(w.bproj, dm, N, C);
-    if constexpr (kBf16Storage) {
-      if (act_bf16_)
-        Backend::linear_backward(d_act_, G(w.wproj), dm, static_cast<const bfloat16*>(a.act16), P(w.wproj), N, F,
-                                 C, T(mlp_factor_));
-    }
-    if (!act_bf16_) Backend::linear_backward(d_act_, G(w.wproj), dm, a.act, P(w.wproj), N, F, C, T(mlp_factor_));
-    if constexpr (kUvBf16) {
-      if (uv_bf16_)
-        a.activation.backward(c, d_uv_, static_cast<const T*>(d_act_), static_cast<const bfloat16*>(a.uv16), N, F);
-    }
-    if (!uv_bf16_) a.activation.backward(c, d_uv_, d_act_, a.uv, N, F);
+    with_stored_act(a, [&](auto act) {
+      Backend::linear_backward(d_act_, G(w.wproj), dm, act, P(w.wproj), N, F, C, T(mlp_factor_));
+    });
+    with_stored_uv(a, [&](auto uv) { a.activation.backward(c, d_uv_, d_act_, uv, N, F); });
     bias_grad(w.bfc, d_uv_, N, UV);
     Backend::linear_backward(d_x_, G(w.wfc), d_uv_, a.xm, P(w.wfc), N, C, UV);
     Backend::add_into(d_h_, a.in_mlp.backward(c, d_work_, d_x_, a.h_mid, N, C), N * C);
