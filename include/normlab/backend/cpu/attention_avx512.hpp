@@ -92,7 +92,7 @@ struct Packing<true> {
     if (mv == MR && nv == kNR)
       bf16::micro_kernel<true, MR>(words(kn), as_words(Ap), as_words(Bp), C, ldc, alpha, add, mv, nv);
     else
-      bf16::micro_kernel<false, MR>(words(kn), as_words(Ap), as_words(Bp), C, ldc, alpha, add, mv, nv);
+      bf16::partial_tile<MR>(words(kn), as_words(Ap), as_words(Bp), C, ldc, alpha, add, mv, nv);
   }
 };
 #endif

@@ -97,13 +97,16 @@ NORMLAB_BF16_TARGET inline void round_in_place(float* x, std::int64_t n) {
 // C tile (mv ≤ MR rows × nv ≤ 32 columns) = alpha · Ap·Bp (+ C when add), with
 // Ap: kp × MR words (Ap[p·MR + r]) and Bp: kp × 32 words (64-byte aligned),
 // kp the slab's pairs of k.
-template <bool kFull, int MR = kMR>
+// Only the first Rows rows of the panel are computed (Rows ≤ MR, the panel's
+// stride MR), as in the float32 engine's kernel.
+template <bool kFull, int MR = kMR, int Rows = MR>
 NORMLAB_BF16_TARGET inline void micro_kernel(std::int64_t kp, const std::uint32_t* __restrict Ap,
                                              const std::uint32_t* __restrict Bp, float* C, std::int64_t ldc,
                                              float alpha, bool add, int mv, int nv) {
-  __m512 c0[MR], c1[MR];
+  static_assert(Rows <= MR && (!kFull || Rows == MR));
+  __m512 c0[Rows], c1[Rows];
 #pragma GCC unroll 14
-  for (int r = 0; r < MR; ++r) c0[r] = c1[r] = _mm512_setzero_ps();
+  for (int r = 0; r < Rows; ++r) c0[r] = c1[r] = _mm512_setzero_ps();
   if (add)
     for (int r = 0; r < mv; ++r) {
       _mm_prefetch(reinterpret_cast<const char*>(C + r * ldc), _MM_HINT_T0);
@@ -114,7 +117,7 @@ NORMLAB_BF16_TARGET inline void micro_kernel(std::int64_t kp, const std::uint32_
     const __m512bh b1 = reinterpret_cast<__m512bh>(_mm512_load_si512(Bp + 16));
     _mm_prefetch(reinterpret_cast<const char*>(Bp + 8 * kNR), _MM_HINT_T0);
 #pragma GCC unroll 14
-    for (int r = 0; r < MR; ++r) {
+    for (int r = 0; r < Rows; ++r) {
       // The panel's words live in float scratch: read through a may-alias load.
       const __m512bh a = reinterpret_cast<__m512bh>(_mm512_set1_epi32(_mm_cvtsi128_si32(_mm_loadu_si32(Ap + r))));
       c0[r] = _mm512_dpbf16_ps(c0[r], a, b0);
@@ -138,7 +141,7 @@ NORMLAB_BF16_TARGET inline void micro_kernel(std::int64_t kp, const std::uint32_
     }
   } else {
     const __mmask16 m0 = detail::low_lanes(nv), m1 = detail::low_lanes(nv - 16);
-    for (int r = 0; r < MR && r < mv; ++r) {
+    for (int r = 0; r < Rows && r < mv; ++r) {
       float* c = C + r * ldc;
       __m512 x0 = _mm512_mul_ps(va, c0[r]), x1 = _mm512_mul_ps(va, c1[r]);
       if (add) {
@@ -303,6 +306,19 @@ NORMLAB_BF16_TARGET inline void pack_b(std::uint32_t* dst, const bfloat16* B, st
   }
 }
 
+// A partial tile computes the rows it keeps, rounded up to an even count (as
+// the float32 engine's partial_tile).
+template <int MR, int Rows = 2>
+NORMLAB_BF16_TARGET inline void partial_tile(std::int64_t kp, const std::uint32_t* Ap, const std::uint32_t* Bp,
+                                             float* C, std::int64_t ldc, float alpha, bool add, int mv, int nv) {
+  if constexpr (Rows >= MR)
+    micro_kernel<false, MR>(kp, Ap, Bp, C, ldc, alpha, add, mv, nv);
+  else if (mv <= Rows)
+    micro_kernel<false, MR, Rows>(kp, Ap, Bp, C, ldc, alpha, add, mv, nv);
+  else
+    partial_tile<MR, Rows + 2>(kp, Ap, Bp, C, ldc, alpha, add, mv, nv);
+}
+
 template <int MR>
 NORMLAB_BF16_TARGET inline void tile_product(std::int64_t nm, std::int64_t nn, std::int64_t kp, const std::uint32_t* Ap,
                                              const std::uint32_t* Bp, float* C, std::int64_t ldc, float alpha,
@@ -314,7 +330,7 @@ NORMLAB_BF16_TARGET inline void tile_product(std::int64_t nm, std::int64_t nn, s
       if (mv == MR && nv == kNR)
         micro_kernel<true, MR>(kp, Ap + p * kp, Bp + q * kp, C + p * ldc + q, ldc, alpha, add, mv, nv);
       else
-        micro_kernel<false, MR>(kp, Ap + p * kp, Bp + q * kp, C + p * ldc + q, ldc, alpha, add, mv, nv);
+        partial_tile<MR>(kp, Ap + p * kp, Bp + q * kp, C + p * ldc + q, ldc, alpha, add, mv, nv);
     }
   }
 }

@@ -61,12 +61,17 @@ inline __mmask16 low_lanes(int n) {
 // C tile (mv ≤ MR rows × nv ≤ 32 columns) = alpha · Ap·Bp (+ C when add), with
 // Ap: kn × MR (Ap[k·MR + r]) and Bp: kn × 32 (Bp[k·32 + c], 64-byte aligned).
 // MR = 14 for the GEMMs; attention's 64-row blocks use MR = 8 (no padded rows).
-template <bool kFull, int MR = kMR>
+// Only the first Rows rows of the panel are computed (Rows ≤ MR; the panel's
+// stride stays MR): a partial tile runs as few rows as it keeps, rounded up to
+// an even count (partial_tile), each row's sums in the same order as in a whole
+// tile, so the same bits.
+template <bool kFull, int MR = kMR, int Rows = MR>
 inline void micro_kernel(std::int64_t kn, const float* __restrict Ap, const float* __restrict Bp, float* C,
                          std::int64_t ldc, float alpha, bool add, int mv, int nv) {
-  __m512 c0[MR], c1[MR];
+  static_assert(Rows <= MR && (!kFull || Rows == MR));
+  __m512 c0[Rows], c1[Rows];
 #pragma GCC unroll 14
-  for (int r = 0; r < MR; ++r) c0[r] = c1[r] = _mm512_setzero_ps();
+  for (int r = 0; r < Rows; ++r) c0[r] = c1[r] = _mm512_setzero_ps();
   // The tile's C rows are read after the loop: start fetching them now, or each
   // row's miss would stall the epilogue (measured: −10% at K = 2048).
   if (add)
@@ -78,7 +83,7 @@ inline void micro_kernel(std::int64_t kn, const float* __restrict Ap, const floa
     const __m512 b0 = _mm512_load_ps(Bp), b1 = _mm512_load_ps(Bp + 16);
     _mm_prefetch(reinterpret_cast<const char*>(Bp + 8 * kNR), _MM_HINT_T0);
 #pragma GCC unroll 14
-    for (int r = 0; r < MR; ++r) {
+    for (int r = 0; r < Rows; ++r) {
       const __m512 a = _mm512_set1_ps(Ap[r]);
       c0[r] = _mm512_fmadd_ps(a, b0, c0[r]);
       c1[r] = _mm512_fmadd_ps(a, b1, c1[r]);
@@ -101,7 +106,7 @@ inline void micro_kernel(std::int64_t kn, const float* __restrict Ap, const floa
     }
   } else {
     const __mmask16 m0 = low_lanes(nv), m1 = low_lanes(nv - 16);
-    for (int r = 0; r < MR && r < mv; ++r) {
+    for (int r = 0; r < Rows && r < mv; ++r) {
       float* c = C + r * ldc;
       __m512 x0 = _mm512_mul_ps(va, c0[r]), x1 = _mm512_mul_ps(va, c1[r]);
       if (add) {
@@ -223,6 +228,20 @@ inline void pack_b(float* dst, const float* B, std::int64_t ldb, std::int64_t k0
   }
 }
 
+// A partial tile computes the rows it keeps, rounded up to an even count: the
+// 4-row tail of a 256-row operand costs 4/14 of a whole tile's multiply-adds,
+// not all of them.
+template <int MR, int Rows = 2>
+inline void partial_tile(std::int64_t kn, const float* Ap, const float* Bp, float* C, std::int64_t ldc, float alpha,
+                         bool add, int mv, int nv) {
+  if constexpr (Rows >= MR)
+    micro_kernel<false, MR>(kn, Ap, Bp, C, ldc, alpha, add, mv, nv);
+  else if (mv <= Rows)
+    micro_kernel<false, MR, Rows>(kn, Ap, Bp, C, ldc, alpha, add, mv, nv);
+  else
+    partial_tile<MR, Rows + 2>(kn, Ap, Bp, C, ldc, alpha, add, mv, nv);
+}
+
 // One micro-tile (mv ≤ MR rows × nv ≤ 32 columns of it kept) over depth kn: the
 // unmasked kernel when the tile is whole.
 template <int MR>
@@ -231,7 +250,7 @@ inline void tile(std::int64_t kn, const float* Ap, const float* Bp, float* C, st
   if (mv == MR && nv == kNR)
     micro_kernel<true, MR>(kn, Ap, Bp, C, ldc, alpha, add, mv, nv);
   else
-    micro_kernel<false, MR>(kn, Ap, Bp, C, ldc, alpha, add, mv, nv);
+    partial_tile<MR>(kn, Ap, Bp, C, ldc, alpha, add, mv, nv);
 }
 
 // C(nm × nn, ldc) = alpha·Ap·Bp (+ C when add), tile by tile: Ap packed in
