@@ -48,6 +48,24 @@ void skip_without_bf16() {
   std::exit(77);
 }
 
+// Runs f(name) on each bf16 engine this CPU has: the tile unit's (AMX) where
+// there is one, then AVX-512 BF16's, so both are tested on an AMX machine.
+template <class F>
+void for_each_bf16_engine(F&& f) {
+#if defined(NORMLAB_HAVE_BF16GEMM_AMX)
+  if (cpu::amx::supported()) {
+    const bool was = cpu::amx::detail::enabled;
+    cpu::amx::enable(true);
+    f("AMX-BF16");
+    cpu::amx::enable(false);
+    f("AVX-512 BF16");
+    cpu::amx::enable(was);
+    return;
+  }
+#endif
+  f("AVX-512 BF16");
+}
+
 // Sets the precision for one scope and puts float32 back after it.
 struct PrecisionScope {
   explicit PrecisionScope(Precision p) { cpu::set_matmul_precision(p); }
@@ -160,13 +178,16 @@ TEST_CASE("bf16: the GEMM engine against float64 products of rounded and of exac
   // products split over the threads, and pieces of more than one 518-row block.
   const std::int64_t shapes[][3] = {{1, 1, 1},       {13, 31, 7},     {29, 65, 33},
                                     {70, 300, 1031}, {600, 96, 130},  {1100, 384, 700}};
-  std::uint64_t seed = 1;
-  for (const auto& s : shapes) {
-    check_gemm<Eigen::RowMajor, Eigen::ColMajor>(s[0], s[1], s[2], false, 1.0f, seed++);
-    check_gemm<Eigen::RowMajor, Eigen::RowMajor>(s[0], s[1], s[2], true, 0.5f, seed++);
-    check_gemm<Eigen::ColMajor, Eigen::RowMajor>(s[0], s[1], s[2], true, 1.0f, seed++);
-    check_gemm<Eigen::ColMajor, Eigen::ColMajor>(s[0], s[1], s[2], false, -2.0f, seed++);
-  }
+  for_each_bf16_engine([&](const char* engine) {
+    INFO("engine: " << engine);
+    std::uint64_t seed = 1;
+    for (const auto& s : shapes) {
+      check_gemm<Eigen::RowMajor, Eigen::ColMajor>(s[0], s[1], s[2], false, 1.0f, seed++);
+      check_gemm<Eigen::RowMajor, Eigen::RowMajor>(s[0], s[1], s[2], true, 0.5f, seed++);
+      check_gemm<Eigen::ColMajor, Eigen::RowMajor>(s[0], s[1], s[2], true, 1.0f, seed++);
+      check_gemm<Eigen::ColMajor, Eigen::ColMajor>(s[0], s[1], s[2], false, -2.0f, seed++);
+    }
+  });
 }
 
 TEST_CASE("bf16: a product has the same bits on one thread and on the team", "[bf16]") {
@@ -178,16 +199,19 @@ TEST_CASE("bf16: a product has the same bits on one thread and on the team", "[b
   for (float& x : A) x = g(rng);
   for (float& x : B) x = g(rng);
   PrecisionScope bf16(Precision::bf16);
-  cpu::gemm<float, Eigen::RowMajor, Eigen::ColMajor>(M, N, K, A.data(), K, B.data(), K, C1.data(), N, false);
+  for_each_bf16_engine([&](const char* engine) {
+    INFO("engine: " << engine);
+    cpu::gemm<float, Eigen::RowMajor, Eigen::ColMajor>(M, N, K, A.data(), K, B.data(), K, C1.data(), N, false);
 #ifdef _OPENMP
-  const int threads = omp_get_max_threads();
-  omp_set_num_threads(1);
+    const int threads = omp_get_max_threads();
+    omp_set_num_threads(1);
 #endif
-  cpu::gemm<float, Eigen::RowMajor, Eigen::ColMajor>(M, N, K, A.data(), K, B.data(), K, C2.data(), N, false);
+    cpu::gemm<float, Eigen::RowMajor, Eigen::ColMajor>(M, N, K, A.data(), K, B.data(), K, C2.data(), N, false);
 #ifdef _OPENMP
-  omp_set_num_threads(threads);
+    omp_set_num_threads(threads);
 #endif
-  CHECK(std::memcmp(C1.data(), C2.data(), C1.size() * sizeof(float)) == 0);
+    CHECK(std::memcmp(C1.data(), C2.data(), C1.size() * sizeof(float)) == 0);
+  });
 }
 
 // An activation kept in bf16 (the MLP's act in a bf16 model) must give the
@@ -220,37 +244,40 @@ TEST_CASE("bf16: round_to_bf16 rounds as packing does, and stored operands give 
   const std::int64_t shapes[][3] = {{1, 1, 1}, {13, 31, 7}, {29, 65, 33}, {70, 300, 1031}, {1100, 384, 700}};
   PrecisionScope bf16(Precision::bf16);
   std::normal_distribution<float> g(0.0f, 1.0f);
-  for (const auto& s : shapes) {
-    const std::int64_t M = s[0], N = s[1], K = s[2];
-    std::vector<float> A(std::size_t(M * K)), W(std::size_t(N * K)), dY(std::size_t(K * M)), Bm(std::size_t(K * N));
-    for (float& v : A) v = g(rng);
-    for (float& v : W) v = g(rng);
-    for (float& v : dY) v = g(rng);
-    for (float& v : Bm) v = g(rng);
-    std::vector<normlab::bfloat16> A16(A.size()), B16(Bm.size());
-    cpu::round_to_bf16(A16.data(), A.data(), std::int64_t(A.size()));
-    cpu::round_to_bf16(B16.data(), Bm.data(), std::int64_t(Bm.size()));
-    for (int threads : {0, 1}) {
+  for_each_bf16_engine([&](const char* engine) {
+    for (const auto& s : shapes) {
+      INFO("engine: " << engine);
+      const std::int64_t M = s[0], N = s[1], K = s[2];
+      std::vector<float> A(std::size_t(M * K)), W(std::size_t(N * K)), dY(std::size_t(K * M)), Bm(std::size_t(K * N));
+      for (float& v : A) v = g(rng);
+      for (float& v : W) v = g(rng);
+      for (float& v : dY) v = g(rng);
+      for (float& v : Bm) v = g(rng);
+      std::vector<normlab::bfloat16> A16(A.size()), B16(Bm.size());
+      cpu::round_to_bf16(A16.data(), A.data(), std::int64_t(A.size()));
+      cpu::round_to_bf16(B16.data(), Bm.data(), std::int64_t(Bm.size()));
+      for (int threads : {0, 1}) {
 #ifdef _OPENMP
-      const int team = omp_get_max_threads();
-      if (threads == 1) omp_set_num_threads(1);
+        const int team = omp_get_max_threads();
+        if (threads == 1) omp_set_num_threads(1);
 #endif
-      INFO("M " << M << " N " << N << " K " << K << (threads == 1 ? ", one thread" : ", the team"));
-      std::vector<float> Y(std::size_t(M * N), 0.5f), Y16 = Y, D(std::size_t(M * N), 0.25f), D16 = D;
-      cpu::linear_forward(Y.data(), A.data(), W.data(), M, K, N, false, 0.75f);
-      cpu::linear_forward(Y16.data(), static_cast<const normlab::bfloat16*>(A16.data()), W.data(), M, K, N, false, 0.75f);
-      CHECK(std::memcmp(Y.data(), Y16.data(), Y.size() * sizeof(float)) == 0);
-      // dW (M × N) += dYᵀ B with dY (K × M) and B (K × N): the weight gradient's form.
-      cpu::linear_backward(static_cast<float*>(nullptr), D.data(), dY.data(), Bm.data(),
-                           static_cast<const float*>(nullptr), K, N, M, 1.0f);
-      cpu::linear_backward(static_cast<float*>(nullptr), D16.data(), dY.data(), static_cast<const normlab::bfloat16*>(B16.data()),
-                           static_cast<const float*>(nullptr), K, N, M, 1.0f);
-      CHECK(std::memcmp(D.data(), D16.data(), D.size() * sizeof(float)) == 0);
+        INFO("M " << M << " N " << N << " K " << K << (threads == 1 ? ", one thread" : ", the team"));
+        std::vector<float> Y(std::size_t(M * N), 0.5f), Y16 = Y, D(std::size_t(M * N), 0.25f), D16 = D;
+        cpu::linear_forward(Y.data(), A.data(), W.data(), M, K, N, false, 0.75f);
+        cpu::linear_forward(Y16.data(), static_cast<const normlab::bfloat16*>(A16.data()), W.data(), M, K, N, false, 0.75f);
+        CHECK(std::memcmp(Y.data(), Y16.data(), Y.size() * sizeof(float)) == 0);
+        // dW (M × N) += dYᵀ B with dY (K × M) and B (K × N): the weight gradient's form.
+        cpu::linear_backward(static_cast<float*>(nullptr), D.data(), dY.data(), Bm.data(),
+                             static_cast<const float*>(nullptr), K, N, M, 1.0f);
+        cpu::linear_backward(static_cast<float*>(nullptr), D16.data(), dY.data(), static_cast<const normlab::bfloat16*>(B16.data()),
+                             static_cast<const float*>(nullptr), K, N, M, 1.0f);
+        CHECK(std::memcmp(D.data(), D16.data(), D.size() * sizeof(float)) == 0);
 #ifdef _OPENMP
-      omp_set_num_threads(team);
+        omp_set_num_threads(team);
 #endif
+      }
     }
-  }
+  });
 #endif
 }
 

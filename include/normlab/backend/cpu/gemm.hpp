@@ -18,6 +18,7 @@ static_assert(EIGEN_VERSION_AT_LEAST(3, 4, 0),
 #include <limits>
 #include <type_traits>
 
+#include "normlab/backend/cpu/bf16gemm_amx.hpp"
 #include "normlab/backend/cpu/bf16gemm_avx512.hpp"
 #include "normlab/backend/cpu/primitives.hpp"
 #include "normlab/backend/cpu/sgemm_avx512.hpp"
@@ -182,12 +183,34 @@ inline Precision matmul_precision() { return detail::requested_precision; }
 inline bool bf16_products_active() { return detail::bf16_products; }
 // The float32 products' engine as it runs now, for run headers.
 inline const char* float_gemm_engine() {
-  if (detail::bf16_products) return "normlab's AVX-512 BF16 kernels (bf16 operands, float32 accumulation), normlab's threading";
+  if (detail::bf16_products) {
+#if defined(NORMLAB_HAVE_BF16GEMM_AMX)
+    if (amx::available()) return "normlab's AMX-BF16 kernels (bf16 operands, float32 accumulation), normlab's threading";
+#endif
+    return "normlab's AVX-512 BF16 kernels (bf16 operands, float32 accumulation), normlab's threading";
+  }
   if (detail::requested_precision == Precision::bf16)
     return bf16_engine_available() ? kFloatGemmEngine
                                    : "bf16 requested, but this CPU or build has no AVX-512 BF16: float32 products on the float32 engine";
   return kFloatGemmEngine;
 }
+
+#if defined(NORMLAB_HAVE_BF16GEMM_AVX512)
+namespace detail {
+// One bf16 product on the calling thread: on the tile unit where the CPU has one
+// (bf16gemm_amx.hpp), else with AVX-512 BF16; packing into this thread's scratch.
+template <bool kRowA, bool kRowB, class TA, class TB>
+void serial_bf16_gemm(std::int64_t M, std::int64_t N, std::int64_t K, const TA* A, std::int64_t lda, const TB* B,
+                      std::int64_t ldb, float* C, std::int64_t ldc, bool accumulate, float alpha) {
+  float* pack = thread_scratch<float, kSgemmPack>(std::size_t(avx512::kPackFloats));
+#if defined(NORMLAB_HAVE_BF16GEMM_AMX)
+  if (amx::available())
+    return amx::gemm<kRowA, kRowB, TA, TB>(M, N, K, A, lda, B, ldb, C, ldc, accumulate, alpha, pack);
+#endif
+  avx512::bf16::gemm<kRowA, kRowB, TA, TB>(M, N, K, A, lda, B, ldb, C, ldc, accumulate, alpha, pack);
+}
+}  // namespace detail
+#endif
 
 #ifdef NORMLAB_SERIAL_SGEMM
 namespace detail {
@@ -221,11 +244,9 @@ void serial_sgemm(std::int64_t M, std::int64_t N, std::int64_t K, const float* A
 #if defined(NORMLAB_HAVE_SGEMM_AVX512)
 #if defined(NORMLAB_HAVE_BF16GEMM_AVX512)
   // In bf16 every product, small ones too, rounds its operands the same way.
-  if (bf16_products) {
-    float* pack = thread_scratch<float, kSgemmPack>(std::size_t(avx512::kPackFloats));
-    return avx512::bf16::gemm<LhsOrder == Eigen::RowMajor, RhsOrder == Eigen::RowMajor>(M, N, K, A, lda, B, ldb, C,
-                                                                                        ldc, accumulate, alpha, pack);
-  }
+  if (bf16_products)
+    return serial_bf16_gemm<LhsOrder == Eigen::RowMajor, RhsOrder == Eigen::RowMajor>(M, N, K, A, lda, B, ldb, C, ldc,
+                                                                                     accumulate, alpha);
 #endif
 #ifdef NORMLAB_HAVE_OPENBLAS
   // Small products (a tiny model's layers, 64 × 64 × 64 blocks): OpenBLAS's
@@ -364,9 +385,8 @@ void gemm_bf16_stored(std::int64_t M, std::int64_t N, std::int64_t K, const TA* 
     return;
   }
   auto serial = [&](std::int64_t m, std::int64_t n, const TA* a, const TB* b, float* c) {
-    float* pack = detail::thread_scratch<float, detail::kSgemmPack>(std::size_t(avx512::kPackFloats));
-    avx512::bf16::gemm<LhsOrder == Eigen::RowMajor, RhsOrder == Eigen::RowMajor, TA, TB>(m, n, K, a, lda, b, ldb, c,
-                                                                                         ldc, accumulate, alpha, pack);
+    detail::serial_bf16_gemm<LhsOrder == Eigen::RowMajor, RhsOrder == Eigen::RowMajor, TA, TB>(m, n, K, a, lda, b, ldb,
+                                                                                              c, ldc, accumulate, alpha);
   };
   if (in_parallel() || double(M) * double(N) * double(K) <= double(1 << 18)) return serial(M, N, A, B, C);
   detail::for_each_piece(M, N, [&](bool split_rows, std::int64_t b, std::int64_t n) {

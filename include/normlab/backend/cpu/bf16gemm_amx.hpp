@@ -1,0 +1,286 @@
+#pragma once
+// The bf16 engine on CPUs with AMX (Intel Xeon since Sapphire Rapids): the same
+// contract as avx512::bf16::gemm (operands rounded to bf16 with the same
+// instruction, float32 accumulation, C = alpha·acc (+ C) per K-slab), on the
+// tile unit's TDPBF16PS instead of vdpbf16ps. On such a Xeon vdpbf16ps issues
+// at half the float32 FMA's rate, so the AVX-512 BF16 engine is slower than the
+// float32 one; one TDPBF16PS does a 16 × 16 × 32 block of multiply-adds.
+//
+// Layout: A's block in rows of bf16 pairs (row r, pair p at Ap[r·kp16 + p]),
+// B's in 16-column tiles pair-major (pair p, column j at Bp[p·16 + j]), both
+// zero-padded to whole tiles (rows and columns to 32, pairs to 16). Each 32 × 32
+// block of C is four accumulator tiles over the slab, stored to scratch and then
+// written as alpha·acc (+ C), as the AVX-512 kernel writes its registers.
+//
+// The tile unit sums its pairs in an order and with roundings of its own, so its
+// bits differ from the AVX-512 BF16 engine's (relative ~1e-5 where terms cancel);
+// within the same float32 accumulation bounds, and, as there, a function of the
+// shape and the operands only (fixed blocking, K-slabs in order).
+//
+// Chosen at run time where the CPU has AMX-BF16 and the kernel grants this
+// process the tile state (arch_prctl); NORMLAB_NO_AMX=1 in the environment (or
+// amx::enable(false)) keeps the AVX-512 BF16 engine.
+#include "normlab/backend/cpu/bf16gemm_avx512.hpp"
+
+#if defined(NORMLAB_HAVE_BF16GEMM_AVX512) && defined(__linux__) && defined(__x86_64__)
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+
+#define NORMLAB_HAVE_BF16GEMM_AMX 1
+#define NORMLAB_AMX_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,amx-tile,amx-bf16")))
+
+namespace normlab::cpu::amx {
+
+// Whether this CPU has the tile unit with BF16 and the kernel lets this
+// process use it (asked once).
+inline bool supported() {
+  static const bool ok = [] {
+    if (!avx512::cpu_has_avx512_bf16() || !__builtin_cpu_supports("amx-bf16") || !__builtin_cpu_supports("amx-tile"))
+      return false;
+    constexpr long kReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureXtiledata) == 0;
+  }();
+  return ok;
+}
+namespace detail {
+inline bool enabled = [] {
+  const char* off = std::getenv("NORMLAB_NO_AMX");
+  return !(off && *off && *off != '0');
+}();
+}  // namespace detail
+// Whether bf16 products run on the tile unit: supported and not turned off
+// (NORMLAB_NO_AMX=1, or enable(false): the AVX-512 BF16 engine, for an A/B of
+// the two). Set before products run, not while one does.
+inline bool available() { return detail::enabled && supported(); }
+inline void enable(bool on) { detail::enabled = on; }
+
+inline constexpr std::int64_t kTile = 16;   // rows of a tile, words (pairs) per tile row, columns of B per tile
+inline constexpr std::int64_t kBlock = 32;  // C is computed in 32 × 32 blocks: 2 × 2 accumulator tiles
+inline constexpr std::int64_t kKC = 512;    // K-slab: 256 pairs
+inline constexpr std::int64_t kMC = 512;    // rows of A packed per slab (512 KiB of words)
+inline constexpr std::int64_t kNC = 256;    // columns of B packed per slab (256 KiB)
+// Floats of packing space (the same scratch as the AVX-512 engines'; this needs less).
+inline constexpr std::int64_t kPackWords = kNC * (kKC / 2) + kMC * (kKC / 2);
+static_assert(kPackWords <= avx512::kPackFloats);
+
+inline std::int64_t round_up(std::int64_t x, std::int64_t m) { return (x + m - 1) / m * m; }
+
+namespace detail {
+using avx512::detail::low_lanes;
+using avx512::detail::transpose16;
+
+// A's rows [i0, i0+m) × K-slab [k0, k0+kn) → rows of pairs, m padded to 32, the
+// pairs to kp16; op(A)(i,k) = kRowA ? A[i·lda + k] : A[k·lda + i].
+template <bool kRowA>
+NORMLAB_AMX_TARGET inline void pack_a(std::uint32_t* dst, const float* A, std::int64_t lda, std::int64_t i0,
+                                      std::int64_t m, std::int64_t k0, std::int64_t kn, std::int64_t kp16) {
+  const std::int64_t rows = round_up(m, kBlock);
+  if constexpr (kRowA) {
+    for (std::int64_t r = 0; r < rows; ++r) {
+      std::uint32_t* d = dst + r * kp16;
+      const float* s = A + (i0 + r) * lda + k0;
+      for (std::int64_t k = 0; k < 2 * kp16; k += 32) {
+        __m512i w = _mm512_setzero_si512();
+        if (r < m && k < kn)
+          w = avx512::bf16::pairs_along(_mm512_maskz_loadu_ps(low_lanes(int(kn - k)), s + k),
+                                        _mm512_maskz_loadu_ps(low_lanes(int(kn - k - 16)), s + k + 16));
+        _mm512_storeu_si512(d + k / 2, w);
+      }
+    }
+  } else {
+    // Stored along M: rows k and k+1 of 16 columns of A give one pair of each;
+    // 16 pairs of 16 rows are a 16 × 16 block of words, transposed in registers.
+    for (std::int64_t r = 0; r < rows; r += kTile) {
+      const __mmask16 valid = low_lanes(int(m - r));
+      const float* s = A + k0 * lda + i0 + r;
+      for (std::int64_t p0 = 0; p0 < kp16; p0 += kTile) {
+        __m512 x[16];
+        for (int p = 0; p < 16; ++p) {
+          const std::int64_t k = 2 * (p0 + p);
+          const __m512 lo = k < kn ? _mm512_maskz_loadu_ps(valid, s + k * lda) : _mm512_setzero_ps();
+          const __m512 hi = k + 1 < kn ? _mm512_maskz_loadu_ps(valid, s + (k + 1) * lda) : _mm512_setzero_ps();
+          x[p] = _mm512_castsi512_ps(avx512::bf16::pairs_across(lo, hi));
+        }
+        transpose16(x);
+        for (int i = 0; i < 16; ++i) _mm512_storeu_ps(reinterpret_cast<float*>(dst + (r + i) * kp16 + p0), x[i]);
+      }
+    }
+  }
+}
+// The same rows from A stored in bf16, row-major: a row's values already are its pairs.
+template <bool kRowA>
+  requires kRowA
+NORMLAB_AMX_TARGET inline void pack_a(std::uint32_t* dst, const bfloat16* A, std::int64_t lda, std::int64_t i0,
+                                      std::int64_t m, std::int64_t k0, std::int64_t kn, std::int64_t kp16) {
+  const std::int64_t rows = round_up(m, kBlock);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    std::uint32_t* d = dst + r * kp16;
+    const bfloat16* s = A + (i0 + r) * lda + k0;
+    for (std::int64_t k = 0; k < 2 * kp16; k += 32) {
+      const __m512i w = r < m && k < kn ? _mm512_maskz_loadu_epi16(avx512::bf16::bf16_lanes(int(kn - k)), s + k)
+                                        : _mm512_setzero_si512();
+      _mm512_storeu_si512(d + k / 2, w);
+    }
+  }
+}
+
+// B's K-slab × columns [j0, j0+n) → 16-column tiles of kp16 pairs (tile t at
+// dst + t·kp16·16), n padded to 32; op(B)(k,j) = kRowB ? B[k·ldb + j] : B[j·ldb + k].
+template <bool kRowB>
+NORMLAB_AMX_TARGET inline void pack_b(std::uint32_t* dst, const float* B, std::int64_t ldb, std::int64_t k0,
+                                      std::int64_t kn, std::int64_t j0, std::int64_t n, std::int64_t kp16) {
+  const std::int64_t cols = round_up(n, kBlock);
+  for (std::int64_t t = 0; t < cols; t += kTile) {
+    std::uint32_t* d = dst + t * kp16;
+    const __mmask16 valid = low_lanes(int(n - t));
+    if constexpr (kRowB) {
+      for (std::int64_t p = 0; p < kp16; ++p) {
+        const std::int64_t k = 2 * p;
+        const float* s = B + (k0 + k) * ldb + j0 + t;
+        const __m512 lo = k < kn ? _mm512_maskz_loadu_ps(valid, s) : _mm512_setzero_ps();
+        const __m512 hi = k + 1 < kn ? _mm512_maskz_loadu_ps(valid, s + ldb) : _mm512_setzero_ps();
+        _mm512_store_si512(d + p * kTile, avx512::bf16::pairs_across(lo, hi));
+      }
+    } else {
+      // Stored along K: a column's 32 values are its 16 pairs; 16 columns' pairs
+      // are a 16 × 16 block of words, transposed in registers.
+      for (std::int64_t p0 = 0; p0 < kp16; p0 += kTile) {
+        const std::int64_t k = 2 * p0;
+        const __mmask16 lo = low_lanes(int(kn - k)), hi = low_lanes(int(kn - k - 16));
+        __m512 x[16];
+        for (int j = 0; j < 16; ++j) {
+          const float* col = B + (j0 + t + j) * ldb + k0 + k;
+          x[j] = t + j < n && k < kn ? _mm512_castsi512_ps(avx512::bf16::pairs_along(_mm512_maskz_loadu_ps(lo, col),
+                                                                                      _mm512_maskz_loadu_ps(hi, col + 16)))
+                                     : _mm512_setzero_ps();
+        }
+        transpose16(x);
+        for (int p = 0; p < 16; ++p) _mm512_store_ps(reinterpret_cast<float*>(d + (p0 + p) * kTile), x[p]);
+      }
+    }
+  }
+}
+// The same tiles from B stored in bf16, row-major: rows k and k+1's halfwords
+// widened into the pairs' low and high halves.
+template <bool kRowB>
+  requires kRowB
+NORMLAB_AMX_TARGET inline void pack_b(std::uint32_t* dst, const bfloat16* B, std::int64_t ldb, std::int64_t k0,
+                                      std::int64_t kn, std::int64_t j0, std::int64_t n, std::int64_t kp16) {
+  const std::int64_t cols = round_up(n, kBlock);
+  for (std::int64_t t = 0; t < cols; t += kTile) {
+    std::uint32_t* d = dst + t * kp16;
+    const __mmask16 valid = low_lanes(int(n - t));
+    for (std::int64_t p = 0; p < kp16; ++p) {
+      const std::int64_t k = 2 * p;
+      const bfloat16* s = B + (k0 + k) * ldb + j0 + t;
+      const __m512i lo = k < kn ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(valid, s)) : _mm512_setzero_si512();
+      const __m512i hi =
+          k + 1 < kn ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(valid, s + ldb)) : _mm512_setzero_si512();
+      _mm512_store_si512(d + p * kTile, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+    }
+  }
+}
+
+// The tile registers: 0–3 the 2 × 2 accumulators, 4–5 A's two row tiles, 6–7
+// B's two column tiles; every tile 16 rows of 64 bytes.
+struct alignas(64) TileConfig {
+  std::uint8_t palette = 1, start_row = 0;
+  std::uint8_t reserved[14] = {};
+  std::uint16_t bytes_per_row[16] = {};
+  std::uint8_t rows[16] = {};
+};
+NORMLAB_AMX_TARGET inline void configure_tiles() {
+  TileConfig c;
+  for (int t = 0; t < 8; ++t) {
+    c.rows[t] = std::uint8_t(kTile);
+    c.bytes_per_row[t] = std::uint16_t(kTile * 4);
+  }
+  _tile_loadconfig(&c);
+}
+
+// C (mm × nn, ldc) = alpha·Ap·Bp (+ C when add), block by block.
+NORMLAB_AMX_TARGET inline void block_product(std::int64_t mm, std::int64_t nn, std::int64_t kp16,
+                                             const std::uint32_t* Ap, const std::uint32_t* Bp, float* C,
+                                             std::int64_t ldc, float alpha, bool add) {
+  alignas(64) float acc[kBlock * kBlock];
+  const __m512 va = _mm512_set1_ps(alpha);
+  const long a_stride = long(kp16 * 4), b_stride = long(kTile * 4);
+  for (std::int64_t r = 0; r < mm; r += kBlock) {
+    const std::uint32_t* a0 = Ap + r * kp16;
+    const std::uint32_t* a1 = a0 + kTile * kp16;
+    for (std::int64_t c = 0; c < nn; c += kBlock) {
+      const std::uint32_t* b0 = Bp + c * kp16;
+      const std::uint32_t* b1 = b0 + kTile * kp16;
+      _tile_zero(0);
+      _tile_zero(1);
+      _tile_zero(2);
+      _tile_zero(3);
+      for (std::int64_t p = 0; p < kp16; p += kTile) {
+        _tile_loadd(4, a0 + p, a_stride);
+        _tile_loadd(5, a1 + p, a_stride);
+        _tile_loadd(6, b0 + p * kTile, b_stride);
+        _tile_loadd(7, b1 + p * kTile, b_stride);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+      }
+      constexpr long kAccStride = kBlock * 4;
+      _tile_stored(0, acc, kAccStride);
+      _tile_stored(1, acc + kTile, kAccStride);
+      _tile_stored(2, acc + kTile * kBlock, kAccStride);
+      _tile_stored(3, acc + kTile * kBlock + kTile, kAccStride);
+      const int rows = int(std::min(kBlock, mm - r)), cols = int(std::min(kBlock, nn - c));
+      const __mmask16 m0 = low_lanes(cols), m1 = low_lanes(cols - 16);
+      for (int i = 0; i < rows; ++i) {
+        float* o = C + (r + i) * ldc + c;
+        __m512 x0 = _mm512_mul_ps(va, _mm512_load_ps(acc + i * kBlock));
+        __m512 x1 = _mm512_mul_ps(va, _mm512_load_ps(acc + i * kBlock + kTile));
+        if (add) {
+          x0 = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, o), x0);
+          x1 = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, o + kTile), x1);
+        }
+        _mm512_mask_storeu_ps(o, m0, x0);
+        _mm512_mask_storeu_ps(o + kTile, m1, x1);
+      }
+    }
+  }
+}
+}  // namespace detail
+
+// C(M,N) (row-major, ldc) = alpha · op(A)·op(B) with both operands rounded to
+// bf16, plus C when `add`: avx512::bf16::gemm's contract (operand conventions,
+// `pack` scratch of avx512::kPackFloats floats, 64-byte aligned; M, N, K > 0),
+// on the tile unit. Only where available().
+template <bool kRowA, bool kRowB, class TA = float, class TB = float>
+NORMLAB_AMX_TARGET void gemm(std::int64_t M, std::int64_t N, std::int64_t K, const TA* A, std::int64_t lda,
+                             const TB* B, std::int64_t ldb, float* C, std::int64_t ldc, bool add, float alpha,
+                             float* pack) {
+  auto* packB = reinterpret_cast<std::uint32_t*>(pack);
+  auto* packA = packB + kNC * (kKC / 2);
+  detail::configure_tiles();
+  const bool one_b_block = N <= kNC;
+  for (std::int64_t k0 = 0; k0 < K; k0 += kKC) {
+    const std::int64_t kn = std::min(kKC, K - k0), kp16 = round_up((kn + 1) / 2, kTile);
+    const bool add_slab = add || k0 > 0;
+    if (one_b_block) detail::pack_b<kRowB>(packB, B, ldb, k0, kn, 0, N, kp16);
+    for (std::int64_t i0 = 0; i0 < M; i0 += kMC) {
+      const std::int64_t mm = std::min(kMC, M - i0);
+      detail::pack_a<kRowA>(packA, A, lda, i0, mm, k0, kn, kp16);
+      for (std::int64_t j0 = 0; j0 < N; j0 += kNC) {
+        const std::int64_t nn = std::min(kNC, N - j0);
+        if (!one_b_block) detail::pack_b<kRowB>(packB, B, ldb, k0, kn, j0, nn, kp16);
+        detail::block_product(mm, nn, kp16, packA, packB, C + i0 * ldc + j0, ldc, alpha, add_slab);
+      }
+    }
+  }
+  _tile_release();
+}
+
+}  // namespace normlab::cpu::amx
+#endif
