@@ -6,7 +6,9 @@
 # (`train-<v> --time-steps`, median of 10 steps after 2 warm-up) in fp32 and in
 # bf16, and the PyTorch reference step (bench/torch_reference.py, 2 threads) under
 # autocast bf16 with OMP_WAIT_POLICY=PASSIVE and with OpenMP's default (its best
-# policy is the one compared). Medians over rounds. OPENBLAS_CORETYPE /
+# policy is the one compared). On a CPU with AMX the bf16 step also runs with
+# NORMLAB_NO_AMX=1 (the AVX-512 BF16 engine), for an A/B of the two engines.
+# Medians over rounds. OPENBLAS_CORETYPE /
 # OPENBLAS_L2_SIZE are unset in these commands only. Nothing else may run.
 #
 #   ROUNDS=3 bash scripts/bench-precision.sh     → runs/precision-bench/summary.md
@@ -30,10 +32,12 @@ torch_config() {
   if [ "$1" = ref ]; then echo --d 256 --layers 4 --heads 4 --T 256 --B 8
   else echo --d 512 --layers 6 --heads 8 --T 512 --B 4; fi
 }
+precisions=(fp32 bf16)
+grep -qw amx_bf16 /proc/cpuinfo && precisions+=(bf16-avx512)
 jobs=()
 for c in ref big; do
   for v in gpt ngpt; do
-    for p in fp32 bf16; do jobs+=("normlab $c $v $p"); done
+    for p in "${precisions[@]}"; do jobs+=("normlab $c $v $p"); done
     if [ $have_torch = 1 ]; then for pol in PASSIVE default; do jobs+=("torch $c $v $pol"); done; fi
   done
 done
@@ -43,8 +47,9 @@ for r in $(seq 1 "$ROUNDS"); do
     read -r who c v x <<<"${jobs[$(((k + r) % n))]}"
     if [ "$who" = normlab ]; then
       # shellcheck disable=SC2046
-      "${blas_env[@]}" "$BUILD_DIR/train-$v" $(config "$c") --data brown --time-steps "$STEPS" --precision "$x" \
-        --out "$OUT/r$r-$c-$v-$x" --quiet
+      engine=(); [ "$x" = bf16-avx512 ] && engine=(NORMLAB_NO_AMX=1)
+      "${blas_env[@]}" "${engine[@]}" "$BUILD_DIR/train-$v" $(config "$c") --data brown --time-steps "$STEPS" \
+        --precision "${x%-avx512}" --out "$OUT/r$r-$c-$v-$x" --quiet
     else
       pol=(); [ "$x" = PASSIVE ] && pol=(OMP_WAIT_POLICY=PASSIVE)
       # shellcheck disable=SC2046
@@ -68,8 +73,13 @@ def torch(c, v, pol):
         return None
 engine = json.load(open(f"{out}/r1-ref-gpt-bf16/step_time.json")).get("precision_engine", "?")
 print(f"bf16 engine: {engine}; {rounds} rounds, medians over rounds (ms per step)\n")
-print("| config | variant | fp32 | bf16 | bf16 speedup (per round) | PyTorch autocast bf16 (PASSIVE / default) | normlab bf16 × PyTorch's best |")
-print("|---|---|---:|---:|---|---|---:|")
+import os
+avx = os.path.exists(f"{out}/r1-ref-gpt-bf16-avx512/step_time.json")
+if avx:
+    print("bf16-avx512: the same bf16 step on the AVX-512 BF16 engine (NORMLAB_NO_AMX=1)\n")
+print("| config | variant | fp32 | bf16 | bf16 speedup (per round) |" + (" bf16-avx512 |" if avx else "")
+      + " PyTorch autocast bf16 (PASSIVE / default) | normlab bf16 × PyTorch's best |")
+print("|---|---|---:|---:|---|" + ("---:|" if avx else "") + "---|---:|")
 for c, name in (("ref", "reference (d=256, L=4, T=256, B=8)"), ("big", "larger (d=512, L=6, T=512, B=4)")):
     for v in ("gpt", "ngpt"):
         a, b = normlab(c, v, "fp32"), normlab(c, v, "bf16")
@@ -80,5 +90,6 @@ for c, name in (("ref", "reference (d=256, L=4, T=256, B=8)"), ("big", "larger (
             tcell, ratio = f"{med(tp):.0f} / {med(td):.0f}", f"{best / med(b):.2f}×"
         else:
             tcell, ratio = "n/a", "n/a"
-        print(f"| {name} | {v} | {med(a):.1f} | {med(b):.1f} | {med(a) / med(b):.2f}× ({per}) | {tcell} | {ratio} |")
+        acell = f" {med(normlab(c, v, 'bf16-avx512')):.1f} |" if avx else ""
+        print(f"| {name} | {v} | {med(a):.1f} | {med(b):.1f} | {med(a) / med(b):.2f}× ({per}) |{acell} {tcell} | {ratio} |")
 PY
