@@ -23,6 +23,7 @@
 #include "normlab/backend/cpu/bf16gemm_avx512.hpp"
 
 #if defined(NORMLAB_HAVE_BF16GEMM_AVX512) && defined(__linux__) && defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -40,8 +41,11 @@ namespace normlab::cpu::amx {
 // process use it (asked once).
 inline bool supported() {
   static const bool ok = [] {
-    if (!avx512::cpu_has_avx512_bf16() || !__builtin_cpu_supports("amx-bf16") || !__builtin_cpu_supports("amx-tile"))
-      return false;
+    // CPUID leaf 7: EDX bit 22 AMX-BF16, bit 24 AMX-TILE (read directly: not every
+    // compiler's __builtin_cpu_supports knows the AMX names).
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!avx512::cpu_has_avx512_bf16() || !__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+    if (!(d & (1u << 22)) || !(d & (1u << 24))) return false;
     constexpr long kReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
     return syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureXtiledata) == 0;
   }();
