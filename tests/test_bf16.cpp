@@ -557,7 +557,8 @@ TEMPLATE_LIST_TEST_CASE("bf16: every variant's loss and gradients against the fl
     m32.backward();
   }
   // Built under bf16 products, a float32 model keeps its MLP activations (uv
-  // and act) in bf16: the plan is smaller by half of those buffers, the loss
+  // and act), and the outputs of its RMSNorm input and final norms, in bf16:
+  // the plan is smaller by half of those buffers, the loss
   // and every gradient have the bits of m32 (built under fp32, its uv rounded
   // in place), and the model refuses to run under fp32.
   {
@@ -568,8 +569,11 @@ TEMPLATE_LIST_TEST_CASE("bf16: every variant's loss and gradients against the fl
     const auto plan32 = M32::memory_plan(mc, B, seq);
     PrecisionScope bf16(Precision::bf16);
     const auto plan16 = M32::memory_plan(mc, B, seq);
+    using Scheme = typename M32::scheme;
+    const std::size_t norms = (std::is_same_v<typename Scheme::input_norm, rms_norm> ? 2 * mc.n_layer : 0) +
+                              (std::is_same_v<typename Scheme::final_norm, rms_norm> ? 1 : 0);
     CHECK(plan32.activations - plan16.activations ==
-          std::size_t(mc.n_layer) * (half(N * F) + half(N * UV)) * sizeof(float));
+          (std::size_t(mc.n_layer) * (half(N * F) + half(N * UV)) + norms * half(N * mc.n_embd)) * sizeof(float));
     auto m32s = std::make_unique<M32>(mc, B, seq);
     CHECK(m32s->stores_act_bf16());
     CHECK_FALSE(m32.stores_act_bf16());

@@ -78,8 +78,8 @@ inline void Transformer<T, Scheme, Residual, Backend>::layout(Arena<T>& ar) {
   }
   for (LayerActs& a : acts_) {
     a.h_in = ar.take(N * C);
-    a.in_att.bind(ar, N, C);
-    a.in_mlp.bind(ar, N, C);
+    bind_norm(a.in_att, ar, N, C);
+    bind_norm(a.in_mlp, ar, N, C);
     a.q = ar.take(N * C);
     a.k = ar.take(N * KV);
     a.v = ar.take(N * KV);
@@ -91,11 +91,11 @@ inline void Transformer<T, Scheme, Residual, Backend>::layout(Arena<T>& ar) {
     a.res_att.bind(ar, N, C);
     a.h_mid = ar.take(N * C);
     if (uv_bf16())
-      a.uv16 = reinterpret_cast<bfloat16*>(ar.take((N * UV + 1) / 2));
+      a.uv16 = ar.take_bf16(N * UV);
     else
       a.uv = ar.take(N * UV);
     if (act_bf16_)
-      a.act16 = reinterpret_cast<bfloat16*>(ar.take((N * F + 1) / 2));
+      a.act16 = ar.take_bf16(N * F);
     else
       a.act = ar.take(N * F);
     a.m_raw = ar.take(N * C);
@@ -103,7 +103,7 @@ inline void Transformer<T, Scheme, Residual, Backend>::layout(Arena<T>& ar) {
     a.res_mlp.bind(ar, N, C);
   }
   h_final_ = ar.take(N * C);
-  final_norm_.bind(ar, N, C);
+  bind_norm(final_norm_, ar, N, C);
   logits_raw_ = ar.take(N * V);
   logit_scale_.bind(ar, N, V);
   d_logits_ = ar.take(N * V);

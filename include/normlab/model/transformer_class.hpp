@@ -84,6 +84,15 @@ class Transformer {
         Backend::round_to_bf16_in_place(t, n);
       };
   static constexpr bool kUvBf16 = kBf16Storage && kRoundsUv;
+  // A norm site whose output only products read may keep it in bf16 (its
+  // optional bind_bf16/forward_bf16, nn/norms.hpp): a bf16-storing model then
+  // keeps the input and final norms' outputs so, with the same bits.
+  template <class Site>
+  static constexpr bool kNormBf16Of =
+      kBf16Storage && requires(Site& s, Arena<T>& ar, StepContext<T>& c, const T* x, std::int64_t n) {
+        s.bind_bf16(ar, n, n);
+        { s.forward_bf16(c, x, n, n) } -> std::same_as<const bfloat16*>;
+      };
   // ... and, where the activation has the one-pass forward that stores both, calls it.
   static constexpr bool kKeepsInForward =
       kUvBf16 && requires(Activation& s, StepContext<T>& c, bfloat16* h, const T* x, std::int64_t n) {
@@ -250,6 +259,7 @@ class Transformer {
     T* h_in = nullptr;   // (N,C) residual stream entering the layer
     InputNorm in_att;    // xa = input_norm(h_in)
     const T* xa = nullptr;
+    const bfloat16* xa16 = nullptr;  // xa where the norm keeps it in bf16 (kNormBf16Of), xa then null
     T* q = nullptr;      // (N,C) projections (the qk site applies RoPE in place)
     T* k = nullptr;      // (N,KV)
     T* v = nullptr;      // (N,KV)
@@ -263,6 +273,7 @@ class Transformer {
     T* h_mid = nullptr;  // (N,C) after the attention residual
     InputNorm in_mlp;    // xm = input_norm(h_mid)
     const T* xm = nullptr;
+    const bfloat16* xm16 = nullptr;  // as xa16
     T* uv = nullptr;     // (N,UV) x W_fcᵀ, or nullptr when uv is stored in bf16:
     bfloat16* uv16 = nullptr;  // (N,UV) uv in bf16 (uv_bf16())
     Activation activation;
@@ -339,8 +350,8 @@ class Transformer {
   // Final norm, LM head and logit scale over the first N rows.
   void head_forward(std::int64_t N) {
     const std::int64_t C = cfg_.n_embd, V = cfg_.vocab_size;
-    hf_ = final_norm_.forward(ctx_, h_final_, N, C);
-    Backend::linear_forward(logits_raw_, hf_, P(lm_head_), N, C, V);
+    norm_forward(final_norm_, hf_, hf16_, h_final_, N, C);
+    with_normed(hf_, hf16_, [&](auto x) { Backend::linear_forward(logits_raw_, x, P(lm_head_), N, C, V); });
     logits_ = logit_scale_.forward(ctx_, logits_raw_, N, V);
   }
 
@@ -401,6 +412,30 @@ class Transformer {
     f(static_cast<const T*>(a.uv));
   }
   void mlp_activation_forward(StepContext<T>& c, LayerActs& a, T* uv, std::int64_t N, std::int64_t F);
+
+  // A norm site bound, run and read as this model keeps its output: in bf16
+  // (y16 set, y null) where kNormBf16Of holds in a bf16-storing model, else in T.
+  template <class Site>
+  void bind_norm(Site& s, Arena<T>& ar, std::int64_t rows, std::int64_t C) {
+    if constexpr (kNormBf16Of<Site>)
+      if (act_bf16_) return s.bind_bf16(ar, rows, C);
+    s.bind(ar, rows, C);
+  }
+  template <class Site>
+  void norm_forward(Site& s, const T*& y, const bfloat16*& y16, const T* x, std::int64_t rows, std::int64_t C) {
+    if constexpr (kNormBf16Of<Site>)
+      if (act_bf16_) {
+        y16 = s.forward_bf16(ctx_, x, rows, C);
+        return;
+      }
+    y = s.forward(ctx_, x, rows, C);
+  }
+  template <class F>
+  static void with_normed(const T* y, const bfloat16* y16, F&& f) {
+    if constexpr (kNormBf16Of<InputNorm> || kNormBf16Of<FinalNorm>)
+      if (y16) return f(y16);
+    f(y);
+  }
 
   // Whether this forward rounds uv (the bf16 method; see kRoundsUv).
   bool rounds_uv_now() const {
@@ -469,6 +504,7 @@ class Transformer {
   buffer rope_cos_, rope_sin_;  // (maxT, D/2)
   T* h_final_ = nullptr;       // (N,C) residual stream after the last block
   const T* hf_ = nullptr;      // (N,C) final_norm(h_final)
+  const bfloat16* hf16_ = nullptr;  // the same kept in bf16 (kNormBf16Of), hf_ then null
   T* logits_raw_ = nullptr;    // (N,V) hf lm_headᵀ
   const T* logits_ = nullptr;  // (N,V) logit_scale(logits_raw)
   T* d_logits_ = nullptr;      // (N,V)

@@ -23,10 +23,12 @@ inline void Transformer<T, Scheme, Residual, Backend>::layer_forward(std::int64_
   const LayerOffsets& w = layers_[l];
   T* h_out = (l + 1 < cfg_.n_layer) ? acts_[l + 1].h_in : h_final_;
   // ---- attention
-  a.xa = a.in_att.forward(c, a.h_in, N, C);
-  Backend::linear_forward(a.q, a.xa, P(w.wq), N, C, C);
-  Backend::linear_forward(a.k, a.xa, P(w.wk), N, C, KV);
-  Backend::linear_forward(a.v, a.xa, P(w.wv), N, C, KV);
+  norm_forward(a.in_att, a.xa, a.xa16, a.h_in, N, C);
+  with_normed(a.xa, a.xa16, [&](auto x) {
+    Backend::linear_forward(a.q, x, P(w.wq), N, C, C);
+    Backend::linear_forward(a.k, x, P(w.wk), N, C, KV);
+    Backend::linear_forward(a.v, x, P(w.wv), N, C, KV);
+  });
   add_bias(a.q, w.bq, N, C);
   add_bias(a.k, w.bk, N, KV);
   add_bias(a.v, w.bv, N, KV);
@@ -58,10 +60,10 @@ inline void Transformer<T, Scheme, Residual, Backend>::layer_forward(std::int64_
   a.a = a.out_att.forward(c, a.a_raw, N, C);
   a.res_att.forward(c, a.h_mid, a.h_in, a.a, N, C);
   // ---- MLP
-  a.xm = a.in_mlp.forward(c, a.h_mid, N, C);
+  norm_forward(a.in_mlp, a.xm, a.xm16, a.h_mid, N, C);
   // Stored in bf16, uv and act are computed in d_uv_ and d_act_ (free until backward) first.
   T* uv = uv_bf16() ? d_uv_ : a.uv;
-  Backend::linear_forward(uv, a.xm, P(w.wfc), N, C, UV);
+  with_normed(a.xm, a.xm16, [&](auto x) { Backend::linear_forward(uv, x, P(w.wfc), N, C, UV); });
   add_bias(uv, w.bfc, N, UV);
   mlp_activation_forward(c, a, uv, N, F);
   with_stored_act(a, [&](auto act) {
@@ -153,7 +155,9 @@ void Transformer<T, Scheme, Residual, Backend>::backward(bool accumulate,
   if constexpr (is_identity_norm<typename Scheme::final_norm>) {
     Backend::linear_backward(d_h_, G(lm_head_), d_logits_, h_final_, P(lm_head_), N, C, V);
   } else {
-    Backend::linear_backward(d_x_, G(lm_head_), d_logits_, hf_, P(lm_head_), N, C, V);
+    with_normed(hf_, hf16_, [&](auto x) {
+      Backend::linear_backward(d_x_, G(lm_head_), d_logits_, x, P(lm_head_), N, C, V);
+    });
     final_norm_.backward(c, d_h_, d_x_, h_final_, N, C);
   }
   ready(head_begin_);
@@ -170,7 +174,8 @@ void Transformer<T, Scheme, Residual, Backend>::backward(bool accumulate,
     });
     with_stored_uv(a, [&](auto uv) { a.activation.backward(c, d_uv_, d_act_, uv, N, F); });
     bias_grad(w.bfc, d_uv_, N, UV);
-    Backend::linear_backward(d_x_, G(w.wfc), d_uv_, a.xm, P(w.wfc), N, C, UV);
+    with_normed(a.xm, a.xm16,
+                [&](auto x) { Backend::linear_backward(d_x_, G(w.wfc), d_uv_, x, P(w.wfc), N, C, UV); });
     Backend::add_into(d_h_, a.in_mlp.backward(c, d_work_, d_x_, a.h_mid, N, C), N * C);
     // ---- attention: residual, output norm, projection, attention, q/k, projections, input norm
     a.res_att.backward(c, d_h_, d_work_, d_h_, a.h_mid, a.h_in, a.a, N, C);
@@ -192,11 +197,13 @@ void Transformer<T, Scheme, Residual, Backend>::backward(bool accumulate,
     bias_grad(w.bq, d_q_, N, C);
     bias_grad(w.bk, dk, N, KV);
     bias_grad(w.bv, dv, N, KV);
-    Backend::linear_backward(d_x_, G(w.wq), d_q_, a.xa, P(w.wq), N, C, C);
-    Backend::linear_backward(d_work_, G(w.wk), dk, a.xa, P(w.wk), N, C, KV);
-    Backend::add_into(d_x_, d_work_, N * C);
-    Backend::linear_backward(d_work_, G(w.wv), dv, a.xa, P(w.wv), N, C, KV);
-    Backend::add_into(d_x_, d_work_, N * C);
+    with_normed(a.xa, a.xa16, [&](auto x) {
+      Backend::linear_backward(d_x_, G(w.wq), d_q_, x, P(w.wq), N, C, C);
+      Backend::linear_backward(d_work_, G(w.wk), dk, x, P(w.wk), N, C, KV);
+      Backend::add_into(d_x_, d_work_, N * C);
+      Backend::linear_backward(d_work_, G(w.wv), dv, x, P(w.wv), N, C, KV);
+      Backend::add_into(d_x_, d_work_, N * C);
+    });
     Backend::add_into(d_h_, a.in_att.backward(c, d_work_, d_x_, a.h_in, N, C), N * C);
     ready(layers_[l].begin);
   }

@@ -8,11 +8,17 @@
 //   const T* backward(ctx, scratch, dy, x, rows, C)
 //       returns dx: written into scratch (rows × C), or dy itself for the identity
 // `where` names the site in parameter names ("att", "mlp", "f", "att_out", …).
+// Optional, for a site whose output only products read (its backward reads x
+// and its own statistics, never y): a bf16 run then keeps y in bf16, half the
+// bytes and the same products (the model calls these instead of bind/forward):
+//   void bind_bf16(arena, rows, C)
+//   const bfloat16* forward_bf16(ctx, x, rows, C)   y rounded as packing rounds it
 #include <cstdint>
 #include <string>
 #include <string_view>
 #include <type_traits>
 
+#include "normlab/core/precision.hpp"
 #include "normlab/nn/context.hpp"
 #include "normlab/nn/params.hpp"
 
@@ -42,8 +48,12 @@ struct rms_norm {
   template <class T, class Backend>
   struct site {
     std::size_t gain = 0;
-    T* y = nullptr;     // (rows, C)
-    T* rstd = nullptr;  // (rows)
+    T* y = nullptr;            // (rows, C)
+    bfloat16* y16 = nullptr;   // (rows, C) y kept in bf16 instead (bind_bf16)
+    T* rstd = nullptr;         // (rows)
+    static constexpr bool kBf16Output = requires(bfloat16* h, T* t, const T* x, std::int64_t n, T e) {
+      Backend::rmsnorm_forward(h, t, x, x, n, n, e);
+    };
     void declare(ParamStore<T>& p, const std::string& prefix, std::string_view where, const ModelConfig& cfg) {
       gain = p.add(prefix + "rmsnorm_" + std::string(where) + ".weight", {cfg.n_embd}, ParamRole::gain,
                    NormAxis::none, ParamInit::constant(1));
@@ -55,6 +65,19 @@ struct rms_norm {
     const T* forward(StepContext<T>& c, const T* x, std::int64_t rows, std::int64_t C) {
       Backend::rmsnorm_forward(y, rstd, x, c.P(gain), rows, C, T(c.cfg->rmsnorm_eps));
       return y;
+    }
+    // Backward reads x and rstd only: y may be kept in bf16.
+    void bind_bf16(Arena<T>& ar, std::int64_t rows, std::int64_t C)
+      requires kBf16Output
+    {
+      y16 = ar.take_bf16(rows * C);
+      rstd = ar.take(rows);
+    }
+    const bfloat16* forward_bf16(StepContext<T>& c, const T* x, std::int64_t rows, std::int64_t C)
+      requires kBf16Output
+    {
+      Backend::rmsnorm_forward(y16, rstd, x, c.P(gain), rows, C, T(c.cfg->rmsnorm_eps));
+      return y16;
     }
     const T* backward(StepContext<T>& c, T* scratch, const T* dy, const T* x, std::int64_t rows, std::int64_t C) {
       Backend::rmsnorm_backward(scratch, c.G(gain), dy, x, c.P(gain), rstd, rows, C);

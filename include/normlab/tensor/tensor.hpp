@@ -13,6 +13,7 @@
 
 #include "normlab/core/aligned.hpp"
 #include "normlab/core/error.hpp"
+#include "normlab/core/precision.hpp"
 
 namespace normlab {
 
@@ -92,6 +93,11 @@ class Arena {
     if (used_ > capacity_)
       throw Error("normlab::Arena: layout asked for more than it was sized for (internal error)");
     return base_ + at;
+  }
+  // n bf16 values (activations a bf16 run keeps in bf16), taken in the arena's
+  // own units and as aligned as any other buffer.
+  bfloat16* take_bf16(std::size_t n) {
+    return reinterpret_cast<bfloat16*>(take((n * sizeof(bfloat16) + sizeof(T) - 1) / sizeof(T)));
   }
   std::size_t used() const { return used_; }
   bool counting() const { return counting_; }

@@ -99,6 +99,11 @@ struct cpu_backend {
   static void pointwise_backward(Pointwise fn, float* du, const float* dact, const bfloat16* u, std::int64_t n) {
     cpu::pointwise_backward(fn, du, dact, u, n);
   }
+  // RMSNorm keeping its output in bf16 (a bf16 run's input norms: products alone read it).
+  static void rmsnorm_forward(bfloat16* y, float* rstd, const float* x, const float* w, std::int64_t N,
+                              std::int64_t C, float eps) {
+    cpu::rmsnorm_forward(y, rstd, x, w, N, C, eps);
+  }
   // The activations' forwards that keep act and their input in bf16 (one pass).
   static void pointwise_forward(Pointwise fn, bfloat16* act, bfloat16* u_kept, const float* u, std::int64_t n) {
     cpu::pointwise_forward(fn, act, u_kept, u, n);

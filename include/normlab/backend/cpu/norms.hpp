@@ -5,23 +5,41 @@
 #include <cmath>
 #include <cstdint>
 
+#include "normlab/backend/cpu/bf16gemm_avx512.hpp"
 #include "normlab/backend/cpu/primitives.hpp"
 
 namespace normlab::cpu {
 
 // ---------------------------------------------------------------- RMSNorm
 // y = x / sqrt(mean(x²) + eps) ⊙ w ; rstd(N) saved for backward
+namespace detail {
+// One row: y = x r ⊙ w, returning r.
+template <class T>
+T rmsnorm_row(T* y, const T* x, const T* w, std::int64_t C, T eps) {
+  const T ss = lane_dot(x, x, C);
+  const T r = T(1) / std::sqrt(ss / T(C) + eps);
+  for (std::int64_t c = 0; c < C; ++c) y[c] = x[c] * r * w[c];
+  return r;
+}
+}  // namespace detail
 template <class T>
 void rmsnorm_forward(T* y, T* rstd, const T* x, const T* w, std::int64_t N, std::int64_t C, T eps) {
+  parallel_for(N, N * C > kParallelGrain,
+               [&](std::int64_t i) { rstd[i] = detail::rmsnorm_row(y + i * C, x + i * C, w, C, eps); });
+}
+#if defined(NORMLAB_HAVE_BF16GEMM_AVX512)
+// The same with y kept in bf16 (a bf16 run's input norms, whose output only
+// products read): each row computed as above into scratch where the float32
+// row would sit, then rounded as round_to_bf16 (and packing) round it.
+inline void rmsnorm_forward(bfloat16* y, float* rstd, const float* x, const float* w, std::int64_t N, std::int64_t C,
+                            float eps) {
   parallel_for(N, N * C > kParallelGrain, [&](std::int64_t i) {
-    const T* xi = x + i * C;
-    const T ss = lane_dot(xi, xi, C);
-    const T r = T(1) / std::sqrt(ss / T(C) + eps);
-    rstd[i] = r;
-    T* yi = y + i * C;
-    for (std::int64_t c = 0; c < C; ++c) yi[c] = xi[c] * r * w[c];
+    float* row = detail::scratch_row_like<detail::kActRow>(C, i * C);
+    rstd[i] = detail::rmsnorm_row(row, x + i * C, w, C, eps);
+    avx512::bf16::round_to_bf16(y + i * C, row, C);
   });
 }
+#endif
 
 // dx = r (dy⊙w) − x r³/C Σ(dy⊙w⊙x);  dw += Σ_rows dy ⊙ x r
 template <class T>

@@ -181,7 +181,7 @@ enum ScratchSlot : int {
   kResidualRow = 8, // a residual rule's per-row terms, recomputed inside a row loop (residual.hpp)
   kBf16Operands = 9,  // a float64 product's operands rounded to bf16 (gemm.hpp: the bf16 method's oracle)
   kWidened = 10,      // a row of an activation stored in bf16, widened to float32 (mlp.hpp)
-  kActRow = 11,       // an activation's row before it is stored in bf16 (mlp.hpp)
+  kActRow = 11,       // an activation's (or a norm's) row before it is stored in bf16 (mlp.hpp, norms.hpp)
 };
 template <class T, int Slot>
 T* thread_scratch(std::size_t n) {
