@@ -272,6 +272,29 @@ TEST_CASE("bf16: round_to_bf16 rounds as packing does, and stored operands give 
         cpu::linear_backward(static_cast<float*>(nullptr), D16.data(), dY.data(), static_cast<const normlab::bfloat16*>(B16.data()),
                              static_cast<const float*>(nullptr), K, N, M, 1.0f);
         CHECK(std::memcmp(D.data(), D16.data(), D.size() * sizeof(float)) == 0);
+        // dY stored in bf16 as well (d_uv): read transposed for dW, with B in
+        // float32 and in bf16, and row-major for dX = dY Wd (Wd (M × N)).
+        std::vector<normlab::bfloat16> dY16(dY.size());
+        cpu::round_to_bf16(dY16.data(), dY.data(), std::int64_t(dY.size()));
+        const auto* dy16 = static_cast<const normlab::bfloat16*>(dY16.data());
+        for (int b16 = 0; b16 < 2; ++b16) {
+          std::vector<float> E(D.size(), 0.25f);
+          if (b16)
+            cpu::linear_backward(static_cast<float*>(nullptr), E.data(), dy16,
+                                 static_cast<const normlab::bfloat16*>(B16.data()), static_cast<const float*>(nullptr),
+                                 K, N, M, 1.0f);
+          else
+            cpu::linear_backward(static_cast<float*>(nullptr), E.data(), dy16, Bm.data(),
+                                 static_cast<const float*>(nullptr), K, N, M, 1.0f);
+          CHECK(std::memcmp(D.data(), E.data(), D.size() * sizeof(float)) == 0);
+        }
+        std::vector<float> Wd(std::size_t(M * N)), X(std::size_t(K * N)), X16(X.size());
+        for (float& v : Wd) v = g(rng);
+        cpu::linear_backward(X.data(), static_cast<float*>(nullptr), dY.data(), static_cast<const float*>(nullptr),
+                             Wd.data(), K, N, M, 0.5f);
+        cpu::linear_backward(X16.data(), static_cast<float*>(nullptr), dy16, static_cast<const float*>(nullptr),
+                             Wd.data(), K, N, M, 0.5f);
+        CHECK(std::memcmp(X.data(), X16.data(), X.size() * sizeof(float)) == 0);
 #ifdef _OPENMP
         omp_set_num_threads(team);
 #endif
@@ -317,6 +340,29 @@ TEST_CASE("bf16: the activations' backward on a bf16 uv equals the float32 kerne
       cpu::pointwise_backward(fn, d1.data(), da.data(), r.data(), N * F);
       cpu::pointwise_backward(fn, d2.data(), da.data(), static_cast<const normlab::bfloat16*>(uv16.data()), N * F);
       CHECK(same(d1, d2));
+    }
+    // The same backwards writing their gradient in bf16 (d_uv kept so): the
+    // float32 gradient, rounded as round_to_bf16 rounds it (d_uv's first
+    // N·F values for the plain ones, which read and write N·F).
+    const auto* u16 = static_cast<const normlab::bfloat16*>(uv16.data());
+    std::vector<normlab::bfloat16> o(uv.size()), want(uv.size());
+    auto narrowed_same = [&](const aligned_vector<float>& d, std::int64_t n) {
+      cpu::round_to_bf16(want.data(), d.data(), n);
+      return std::memcmp(o.data(), want.data(), std::size_t(n) * sizeof(std::uint16_t)) == 0;
+    };
+    cpu::swiglu_backward(d1.data(), da.data(), u16, N, F);
+    cpu::swiglu_backward(o.data(), da.data(), u16, N, F);
+    CHECK(narrowed_same(d1, N * 2 * F));
+    std::fill(s1.begin(), s1.end(), 0.0f);
+    std::fill(s2.begin(), s2.end(), 0.0f);
+    cpu::scaled_swiglu_backward(d1.data(), s1.data(), da.data(), u16, s.data(), N, F, 0.7f);
+    cpu::scaled_swiglu_backward(o.data(), s2.data(), da.data(), u16, s.data(), N, F, 0.7f);
+    CHECK(narrowed_same(d1, N * 2 * F));
+    CHECK(same(s1, s2));
+    for (Pointwise fn : {Pointwise::relu2, Pointwise::gelu_tanh, Pointwise::gelu_erf}) {
+      cpu::pointwise_backward(fn, d1.data(), da.data(), u16, N * F);
+      cpu::pointwise_backward(fn, o.data(), da.data(), u16, N * F);
+      CHECK(narrowed_same(d1, N * F));
     }
     // The one-pass forwards that store act and their input in bf16: the float32
     // kernels' act, rounded, and the input rounded.
@@ -557,7 +603,8 @@ TEMPLATE_LIST_TEST_CASE("bf16: every variant's loss and gradients against the fl
     m32.backward();
   }
   // Built under bf16 products, a float32 model keeps its MLP activations (uv
-  // and act), and the outputs of its RMSNorm input and final norms, in bf16:
+  // and act), the outputs of its RMSNorm input and final norms, and the
+  // backward's d_uv (forward's float32 uv spanning d_act and d_uv), in bf16:
   // the plan is smaller by half of those buffers, the loss
   // and every gradient have the bits of m32 (built under fp32, its uv rounded
   // in place), and the model refuses to run under fp32.
@@ -572,8 +619,11 @@ TEMPLATE_LIST_TEST_CASE("bf16: every variant's loss and gradients against the fl
     using Scheme = typename M32::scheme;
     const std::size_t norms = (std::is_same_v<typename Scheme::input_norm, rms_norm> ? 2 * mc.n_layer : 0) +
                               (std::is_same_v<typename Scheme::final_norm, rms_norm> ? 1 : 0);
+    REQUIRE(N * F % 16 == 0);  // whole 64-byte lines: no arena padding in the sums below
+    const std::size_t duv = std::size_t(N * F + N * UV - std::max(N * UV, N * F + N * UV / 2));
     CHECK(plan32.activations - plan16.activations ==
-          (std::size_t(mc.n_layer) * (half(N * F) + half(N * UV)) + norms * half(N * mc.n_embd)) * sizeof(float));
+          (std::size_t(mc.n_layer) * (half(N * F) + half(N * UV)) + norms * half(N * mc.n_embd) + duv) *
+              sizeof(float));
     auto m32s = std::make_unique<M32>(mc, B, seq);
     CHECK(m32s->stores_act_bf16());
     CHECK_FALSE(m32.stores_act_bf16());

@@ -114,8 +114,17 @@ inline void Transformer<T, Scheme, Residual, Backend>::layout(Arena<T>& ar) {
   d_q_ = ar.take(N * C);
   d_k_ = ar.take(N * C);
   d_v_ = ar.take(N * C);
-  d_act_ = ar.take(N * F);
-  d_uv_ = ar.take(N * UV);
+  if (duv_bf16()) {
+    // Forward's float32 uv spans d_act and d_uv16 (both free until backward,
+    // which uses them apart); d_uv16 starts on a 64-byte line.
+    const std::int64_t act = (N * F + 15) / 16 * 16;
+    uv_f32_ = ar.take(std::max(N * UV, act + (N * UV + 1) / 2));
+    d_act_ = uv_f32_;
+    d_uv16_ = uv_f32_ ? reinterpret_cast<bfloat16*>(uv_f32_ + act) : nullptr;
+  } else {
+    d_act_ = ar.take(N * F);
+    d_uv_ = uv_f32_ = ar.take(N * UV);
+  }
   if (cfg_.grouped_kv()) {  // widened k, v (shared by the layers: backward widens again) and compact grads
     kx_ = ar.take(N * C);
     vx_ = ar.take(N * C);

@@ -84,6 +84,17 @@ class Transformer {
         Backend::round_to_bf16_in_place(t, n);
       };
   static constexpr bool kUvBf16 = kBf16Storage && kRoundsUv;
+  // ... and, where the activation has the one-pass forward that stores both, calls it.
+  static constexpr bool kKeepsInForward =
+      kUvBf16 && requires(Activation& s, StepContext<T>& c, bfloat16* h, const T* x, std::int64_t n) {
+        s.forward(c, h, h, x, n, n);
+      };
+  // ... and where its backward also writes the gradient at uv in bf16 (read by
+  // products alone, and by the bias gradient of a model with biases, which keeps
+  // it in float32), d_uv is kept so too.
+  static constexpr bool kDuvBf16 =
+      kKeepsInForward && requires(Activation& s, StepContext<T>& c, bfloat16* h, const T* a, const bfloat16* x,
+                                  std::int64_t n) { s.backward(c, h, a, x, n, n); };
   // A norm site whose output only products read may keep it in bf16 (its
   // optional bind_bf16/forward_bf16, nn/norms.hpp): a bf16-storing model then
   // keeps the input and final norms' outputs so, with the same bits.
@@ -92,11 +103,6 @@ class Transformer {
       kBf16Storage && requires(Site& s, Arena<T>& ar, StepContext<T>& c, const T* x, std::int64_t n) {
         s.bind_bf16(ar, n, n);
         { s.forward_bf16(c, x, n, n) } -> std::same_as<const bfloat16*>;
-      };
-  // ... and, where the activation has the one-pass forward that stores both, calls it.
-  static constexpr bool kKeepsInForward =
-      kUvBf16 && requires(Activation& s, StepContext<T>& c, bfloat16* h, const T* x, std::int64_t n) {
-        s.forward(c, h, h, x, n, n);
       };
 
  public:
@@ -412,6 +418,10 @@ class Transformer {
     f(static_cast<const T*>(a.uv));
   }
   void mlp_activation_forward(StepContext<T>& c, LayerActs& a, T* uv, std::int64_t N, std::int64_t F);
+  // d_uv is kept in bf16 where uv is, the activation writes it so, and no bias reads it.
+  bool duv_bf16() const { return kDuvBf16 && uv_bf16() && !cfg_.bias; }
+  // The activation's backward and the input projection's two products (and its bias).
+  void mlp_fc_backward(StepContext<T>& c, LayerActs& a, const LayerOffsets& w, std::int64_t N, std::int64_t F);
 
   // A norm site bound, run and read as this model keeps its output: in bf16
   // (y16 set, y null) where kNormBf16Of holds in a bf16-storing model, else in T.
@@ -515,7 +525,9 @@ class Transformer {
   T *d_q_ = nullptr, *d_k_ = nullptr, *d_v_ = nullptr;                   // (N,C)
   T* d_act_ = nullptr;      // (N,F); forward's act in float32 before it is stored in bf16
   bool act_bf16_ = false;   // act stored in bf16: decided as the model is built (kBf16Storage)
-  T* d_uv_ = nullptr;       // (N,UV)
+  T* d_uv_ = nullptr;       // (N,UV), or null where it is kept in bf16 (duv_bf16()):
+  bfloat16* d_uv16_ = nullptr;
+  T* uv_f32_ = nullptr;     // (N,UV) forward's float32 uv where uv is stored in bf16 (d_uv_, or d_act_ and d_uv16_)
   T *kx_ = nullptr, *vx_ = nullptr;      // (N,C) k, v widened to every query head (grouped-query only)
   T *d_kc_ = nullptr, *d_vc_ = nullptr;  // (N,KV) their gradients summed per kv head (grouped-query only)
   double attn_factor_ = 1.0, mlp_factor_ = 1.0;  // the scheme's output factors

@@ -61,8 +61,8 @@ inline void Transformer<T, Scheme, Residual, Backend>::layer_forward(std::int64_
   a.res_att.forward(c, a.h_mid, a.h_in, a.a, N, C);
   // ---- MLP
   norm_forward(a.in_mlp, a.xm, a.xm16, a.h_mid, N, C);
-  // Stored in bf16, uv and act are computed in d_uv_ and d_act_ (free until backward) first.
-  T* uv = uv_bf16() ? d_uv_ : a.uv;
+  // Stored in bf16, uv and act are computed in backward's scratch first (uv_f32_, d_act_).
+  T* uv = uv_bf16() ? uv_f32_ : a.uv;
   with_normed(a.xm, a.xm16, [&](auto x) { Backend::linear_forward(uv, x, P(w.wfc), N, C, UV); });
   add_bias(uv, w.bfc, N, UV);
   mlp_activation_forward(c, a, uv, N, F);
@@ -91,6 +91,23 @@ void Transformer<T, Scheme, Residual, Backend>::mlp_activation_forward(StepConte
     if (!uv_bf16() && rounds_uv_now()) Backend::round_to_bf16_in_place(a.uv, N * UV);
   if constexpr (kBf16Storage)
     if (act_bf16_) Backend::round_to_bf16(a.act16, static_cast<const T*>(d_act_), N * F);
+}
+
+template <class T, NormScheme Scheme, ResidualRule Residual, class Backend>
+void Transformer<T, Scheme, Residual, Backend>::mlp_fc_backward(StepContext<T>& c, LayerActs& a,
+                                                               const LayerOffsets& w, std::int64_t N, std::int64_t F) {
+  const std::int64_t C = cfg_.n_embd, UV = kGated ? 2 * F : F;
+  auto fc = [&](auto duv) {
+    with_normed(a.xm, a.xm16, [&](auto x) { Backend::linear_backward(d_x_, G(w.wfc), duv, x, P(w.wfc), N, C, UV); });
+  };
+  if constexpr (kDuvBf16)
+    if (duv_bf16()) {
+      a.activation.backward(c, d_uv16_, static_cast<const T*>(d_act_), static_cast<const bfloat16*>(a.uv16), N, F);
+      return fc(static_cast<const bfloat16*>(d_uv16_));
+    }
+  with_stored_uv(a, [&](auto uv) { a.activation.backward(c, d_uv_, d_act_, uv, N, F); });
+  bias_grad(w.bfc, d_uv_, N, UV);
+  fc(static_cast<const T*>(d_uv_));
 }
 
 // The entry points, defined out of the class: not inline, so a translation unit
@@ -146,7 +163,7 @@ void Transformer<T, Scheme, Residual, Backend>::backward(bool accumulate,
   check_storage();
   if (!accumulate) zero_grads();
   const std::int64_t B = B_, seq = seq_, N = B * seq, C = cfg_.n_embd, F = cfg_.ff_dim(), V = cfg_.vocab_size;
-  const std::int64_t KV = cfg_.kv_dim(), UV = kGated ? 2 * F : F;
+  const std::int64_t KV = cfg_.kv_dim();
   set_sizes(B, seq, 0);
   StepContext<T>& c = ctx_;
   Backend::cross_entropy(d_logits_, logits(), targets_, N, V);
@@ -172,10 +189,7 @@ void Transformer<T, Scheme, Residual, Backend>::backward(bool accumulate,
     with_stored_act(a, [&](auto act) {
       Backend::linear_backward(d_act_, G(w.wproj), dm, act, P(w.wproj), N, F, C, T(mlp_factor_));
     });
-    with_stored_uv(a, [&](auto uv) { a.activation.backward(c, d_uv_, d_act_, uv, N, F); });
-    bias_grad(w.bfc, d_uv_, N, UV);
-    with_normed(a.xm, a.xm16,
-                [&](auto x) { Backend::linear_backward(d_x_, G(w.wfc), d_uv_, x, P(w.wfc), N, C, UV); });
+    mlp_fc_backward(c, a, w, N, F);
     Backend::add_into(d_h_, a.in_mlp.backward(c, d_work_, d_x_, a.h_mid, N, C), N * C);
     // ---- attention: residual, output norm, projection, attention, q/k, projections, input norm
     a.res_att.backward(c, d_h_, d_work_, d_h_, a.h_mid, a.h_in, a.a, N, C);

@@ -11,8 +11,10 @@
 // A type without `gated` is gated (as every activation was before plain ones).
 // Optionally backward(ctx, duv, dact, const bfloat16* uv, N, F): uv stored in
 // bf16, which a bf16 model then does (the built-ins, where the backend reads it);
-// and forward(ctx, bfloat16* act, bfloat16* uv_kept, uv, N, F): act and uv
-// stored in bf16 in the same pass (else the model rounds them after forward).
+// forward(ctx, bfloat16* act, bfloat16* uv_kept, uv, N, F): act and uv
+// stored in bf16 in the same pass (else the model rounds them after forward);
+// and backward(ctx, bfloat16* duv, dact, const bfloat16* uv, N, F): the
+// gradient at uv, which products alone read, written in bf16 as well.
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -42,8 +44,9 @@ struct swiglu {
     void backward(StepContext<T>&, T* duv, const T* dact, const T* uv, std::int64_t N, std::int64_t F) {
       Backend::swiglu_backward(duv, dact, uv, N, F);
     }
-    void backward(StepContext<T>&, T* duv, const T* dact, const bfloat16* uv, std::int64_t N, std::int64_t F)
-      requires requires(T* d, const T* a, const bfloat16* x, std::int64_t n) { Backend::swiglu_backward(d, a, x, n, n); }
+    template <class D>
+    void backward(StepContext<T>&, D* duv, const T* dact, const bfloat16* uv, std::int64_t N, std::int64_t F)
+      requires requires(D* d, const T* a, const bfloat16* x, std::int64_t n) { Backend::swiglu_backward(d, a, x, n, n); }
     {
       Backend::swiglu_backward(duv, dact, uv, N, F);
     }
@@ -72,10 +75,10 @@ struct scaled_swiglu {
       suv.template effective<Backend>(c, k_const(c), 2 * F, c.scale_tmp);
       Backend::scaled_swiglu_forward(act, uv_kept, uv, c.scale_tmp, N, F);
     }
-    template <class U>
-    void backward(StepContext<T>& c, T* duv, const T* dact, const U* uv, std::int64_t N, std::int64_t F)
-      requires requires(T* d, const T* a, const U* x, std::int64_t n, T k) {
-        Backend::scaled_swiglu_backward(d, d, a, x, a, n, n, k);
+    template <class D, class U>
+    void backward(StepContext<T>& c, D* duv, const T* dact, const U* uv, std::int64_t N, std::int64_t F)
+      requires requires(D* d, T* t, const T* a, const U* x, std::int64_t n, T k) {
+        Backend::scaled_swiglu_backward(d, t, a, x, a, n, n, k);
       }
     {
       suv.template effective<Backend>(c, k_const(c), 2 * F, c.scale_tmp);
@@ -111,9 +114,9 @@ struct plain_activation {
     {
       Backend::pointwise_forward(Fn, act, u_kept, u, N * F);
     }
-    template <class U>
-    void backward(StepContext<T>&, T* du, const T* dact, const U* u, std::int64_t N, std::int64_t F)
-      requires requires(T* d, const T* a, const U* x, std::int64_t n) { Backend::pointwise_backward(Fn, d, a, x, n); }
+    template <class D, class U>
+    void backward(StepContext<T>&, D* du, const T* dact, const U* u, std::int64_t N, std::int64_t F)
+      requires requires(D* d, const T* a, const U* x, std::int64_t n) { Backend::pointwise_backward(Fn, d, a, x, n); }
     {
       Backend::pointwise_backward(Fn, du, dact, u, N * F);
     }

@@ -84,6 +84,15 @@ struct cpu_backend {
                               std::int64_t N, std::int64_t in, std::int64_t out, float alpha = 1.0f) {
     cpu::linear_backward(dX, dW, dY, X, W, N, in, out, alpha);
   }
+  // dY stored in bf16 as well (the activation's backward wrote it so, d_uv).
+  static void linear_backward(float* dX, float* dW, const bfloat16* dY, const float* X, const float* W,
+                              std::int64_t N, std::int64_t in, std::int64_t out, float alpha = 1.0f) {
+    cpu::linear_backward(dX, dW, dY, X, W, N, in, out, alpha);
+  }
+  static void linear_backward(float* dX, float* dW, const bfloat16* dY, const bfloat16* X, const float* W,
+                              std::int64_t N, std::int64_t in, std::int64_t out, float alpha = 1.0f) {
+    cpu::linear_backward(dX, dW, dY, X, W, N, in, out, alpha);
+  }
   // The bf16 method keeps the activation's saved input uv in bf16: stored so
   // (the activations' backward read it, widened), or rounded in place in a
   // float32 buffer (a model built before bf16 was set), or, float64, by the oracle.
@@ -97,6 +106,17 @@ struct cpu_backend {
     cpu::scaled_swiglu_backward(duv, ds, dact, uv, s, N, F, c);
   }
   static void pointwise_backward(Pointwise fn, float* du, const float* dact, const bfloat16* u, std::int64_t n) {
+    cpu::pointwise_backward(fn, du, dact, u, n);
+  }
+  // ... writing the gradient at uv in bf16 too (products alone read it).
+  static void swiglu_backward(bfloat16* duv, const float* dact, const bfloat16* uv, std::int64_t N, std::int64_t F) {
+    cpu::swiglu_backward(duv, dact, uv, N, F);
+  }
+  static void scaled_swiglu_backward(bfloat16* duv, float* ds, const float* dact, const bfloat16* uv, const float* s,
+                                     std::int64_t N, std::int64_t F, float c) {
+    cpu::scaled_swiglu_backward(duv, ds, dact, uv, s, N, F, c);
+  }
+  static void pointwise_backward(Pointwise fn, bfloat16* du, const float* dact, const bfloat16* u, std::int64_t n) {
     cpu::pointwise_backward(fn, du, dact, u, n);
   }
   // RMSNorm keeping its output in bf16 (a bf16 run's input norms: products alone read it).

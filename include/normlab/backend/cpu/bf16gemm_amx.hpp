@@ -119,12 +119,30 @@ NORMLAB_AMX_TARGET inline void pack_a(std::uint32_t* dst, const float* A, std::i
     }
   }
 }
-// The same rows from A stored in bf16, row-major: a row's values already are its pairs.
+// The same rows from A stored in bf16: row-major, a row's values already are
+// its pairs; stored along M, rows k and k+1 give pair words, transposed as above.
 template <bool kRowA>
-  requires kRowA
 NORMLAB_AMX_TARGET inline void pack_a(std::uint32_t* dst, const bfloat16* A, std::int64_t lda, std::int64_t i0,
                                       std::int64_t m, std::int64_t k0, std::int64_t kn, std::int64_t kp16) {
   const std::int64_t rows = round_up(m, kBlock);
+  if constexpr (!kRowA) {
+    for (std::int64_t r = 0; r < rows; r += kTile) {
+      const __mmask16 valid = low_lanes(int(m - r));
+      const bfloat16* s = A + k0 * lda + i0 + r;
+      for (std::int64_t p0 = 0; p0 < kp16; p0 += kTile) {
+        __m512 x[16];
+        for (int p = 0; p < 16; ++p) {
+          const std::int64_t k = 2 * (p0 + p);
+          x[p] = k < kn ? _mm512_castsi512_ps(avx512::bf16::pair_words(s + k * lda, k + 1 < kn ? s + (k + 1) * lda
+                                                                                                : nullptr, valid))
+                        : _mm512_setzero_ps();
+        }
+        transpose16(x);
+        for (int i = 0; i < 16; ++i) _mm512_storeu_ps(reinterpret_cast<float*>(dst + (r + i) * kp16 + p0), x[i]);
+      }
+    }
+    return;
+  }
   for (std::int64_t r = 0; r < rows; ++r) {
     std::uint32_t* d = dst + r * kp16;
     const bfloat16* s = A + (i0 + r) * lda + k0;
@@ -172,8 +190,7 @@ NORMLAB_AMX_TARGET inline void pack_b(std::uint32_t* dst, const float* B, std::i
     }
   }
 }
-// The same tiles from B stored in bf16, row-major: rows k and k+1's halfwords
-// widened into the pairs' low and high halves.
+// The same tiles from B stored in bf16, row-major: rows k and k+1's halfwords as pair words.
 template <bool kRowB>
   requires kRowB
 NORMLAB_AMX_TARGET inline void pack_b(std::uint32_t* dst, const bfloat16* B, std::int64_t ldb, std::int64_t k0,
@@ -185,10 +202,8 @@ NORMLAB_AMX_TARGET inline void pack_b(std::uint32_t* dst, const bfloat16* B, std
     for (std::int64_t p = 0; p < kp16; ++p) {
       const std::int64_t k = 2 * p;
       const bfloat16* s = B + (k0 + k) * ldb + j0 + t;
-      const __m512i lo = k < kn ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(valid, s)) : _mm512_setzero_si512();
-      const __m512i hi =
-          k + 1 < kn ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(valid, s + ldb)) : _mm512_setzero_si512();
-      _mm512_store_si512(d + p * kTile, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+      _mm512_store_si512(d + p * kTile, k < kn ? avx512::bf16::pair_words(s, k + 1 < kn ? s + ldb : nullptr, valid)
+                                               : _mm512_setzero_si512());
     }
   }
 }

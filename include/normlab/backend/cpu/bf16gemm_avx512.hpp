@@ -203,17 +203,39 @@ NORMLAB_BF16_TARGET inline void pack_a(std::uint32_t* dst, const float* A, std::
   }
 }
 
-// The same panels from A stored in bf16, row-major (an activation kept in
-// bf16): a row's 32 values along K already are its 16 pairs, so the words go
-// into the transpose as they are. The panel holds the bits that packing the
-// float32 values they were rounded from gives (the same rounding instruction,
-// round_to_bf16 below).
+// Rows k and k+1 of 16 bf16 columns (masked; hi absent past the slab) as the
+// 16 pair words packing gives: k's halfword low, k+1's high.
+NORMLAB_BF16_TARGET inline __m512i pair_words(const bfloat16* lo, const bfloat16* hi, __mmask16 valid) {
+  const __m512i l = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(valid, lo));
+  const __m512i h = hi ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(valid, hi)) : _mm512_setzero_si512();
+  return _mm512_or_si512(l, _mm512_slli_epi32(h, 16));
+}
+
+// The same panels from A stored in bf16 (an activation kept in bf16), holding
+// the bits that packing the float32 values they were rounded from gives (the
+// same rounding instruction, round_to_bf16 below). Row-major, a row's 32
+// values along K already are its 16 pairs, so the words go into the transpose
+// as they are; stored along M, rows k and k+1 interleave into pair words.
 template <bool kRowA, int MR = kMR>
-  requires kRowA
 NORMLAB_BF16_TARGET inline void pack_a(std::uint32_t* dst, const bfloat16* A, std::int64_t lda, std::int64_t i0,
                                        std::int64_t m, std::int64_t k0, std::int64_t kn) {
   const std::int64_t kp = (kn + 1) / 2;
   const __mmask16 panel = detail::low_lanes(MR);
+  if constexpr (!kRowA) {
+    constexpr std::int64_t kPairs = 8;
+    for (std::int64_t qb = 0; qb < kp; qb += kPairs) {
+      const std::int64_t qe = std::min(kp, qb + kPairs);
+      for (std::int64_t p = 0; p < m; p += MR) {
+        const __mmask16 rows = detail::low_lanes(int(std::min<std::int64_t>(MR, m - p)));
+        const bfloat16* s = A + k0 * lda + i0 + p;
+        std::uint32_t* d = dst + p * kp;
+        for (std::int64_t q = qb; q < qe; ++q)
+          _mm512_mask_storeu_epi32(d + q * MR, panel,
+                                   pair_words(s + 2 * q * lda, 2 * q + 1 < kn ? s + (2 * q + 1) * lda : nullptr, rows));
+      }
+    }
+    return;
+  }
   for (std::int64_t p = 0; p < m; p += MR) {
     const int mv = int(std::min<std::int64_t>(MR, m - p));
     const bfloat16* s = A + (i0 + p) * lda + k0;
@@ -282,7 +304,7 @@ NORMLAB_BF16_TARGET inline void pack_b(std::uint32_t* dst, const float* B, std::
 }
 
 // The same panels from B stored in bf16, row-major (kRowB): rows k and k+1's
-// halfwords of 16 columns widened into the pairs' low and high halves.
+// halfwords of 16 columns as pair words.
 template <bool kRowB>
   requires kRowB
 NORMLAB_BF16_TARGET inline void pack_b(std::uint32_t* dst, const bfloat16* B, std::int64_t ldb, std::int64_t k0,
@@ -290,18 +312,13 @@ NORMLAB_BF16_TARGET inline void pack_b(std::uint32_t* dst, const bfloat16* B, st
   const std::int64_t kp = (kn + 1) / 2;
   for (std::int64_t q = 0; q < kp; ++q) {
     const bfloat16* s0 = B + (k0 + 2 * q) * ldb + j0;
-    const bool second = 2 * q + 1 < kn;
-    const bfloat16* s1 = second ? s0 + ldb : s0;
+    const bfloat16* s1 = 2 * q + 1 < kn ? s0 + ldb : nullptr;
     for (std::int64_t c = 0; c < n; c += kNR) {
       const int nv = int(std::min<std::int64_t>(kNR, n - c));
       std::uint32_t* d = dst + c * kp + q * kNR;
-      for (int h = 0; h < 2; ++h) {
-        const __mmask16 cols = detail::low_lanes(nv - 16 * h);
-        const __m512i lo = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(cols, s0 + c + 16 * h));
-        const __m512i hi = second ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(cols, s1 + c + 16 * h))
-                                  : _mm512_setzero_si512();
-        _mm512_store_si512(d + 16 * h, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
-      }
+      for (int h = 0; h < 2; ++h)
+        _mm512_store_si512(d + 16 * h, pair_words(s0 + c + 16 * h, s1 ? s1 + c + 16 * h : nullptr,
+                                                  detail::low_lanes(nv - 16 * h)));
     }
   }
 }

@@ -373,8 +373,8 @@ inline bool bf16_stored_operands() { return detail::bf16_products; }
 // gemm's bf16 product with operand A or B (TA, TB) stored in bf16, rounded
 // from float32 with avx512::bf16::round_to_bf16: the same pieces and panels
 // as gemm on the float32 values, so C has the same bits. Only while
-// bf16_stored_operands(); the layouts the engine packs from bf16 (A row-major,
-// B row-major).
+// bf16_stored_operands(); the layouts the engines pack from bf16 (A either
+// way, B row-major).
 template <int LhsOrder, int RhsOrder, class TA, class TB>
 void gemm_bf16_stored(std::int64_t M, std::int64_t N, std::int64_t K, const TA* A, std::int64_t lda, const TB* B,
                       std::int64_t ldb, float* C, std::int64_t ldc, bool accumulate, float alpha = 1.0f) {
@@ -524,6 +524,23 @@ inline void linear_backward(float* dX, float* dW, const float* dY, const bfloat1
                             std::int64_t in, std::int64_t out, float alpha = 1.0f) {
   if (dX) gemm<float, Eigen::RowMajor, Eigen::RowMajor>(N, in, out, dY, out, W, in, dX, in, false, alpha);
   if (dW) gemm_bf16_stored<Eigen::ColMajor, Eigen::RowMajor>(out, in, N, dY, out, X, in, dW, in, true, alpha);
+}
+// ... and with dY stored in bf16 too (a bf16 run's d_uv), X either way.
+namespace detail {
+template <class TX>
+void linear_backward_bf16_dy(float* dX, float* dW, const bfloat16* dY, const TX* X, const float* W, std::int64_t N,
+                             std::int64_t in, std::int64_t out, float alpha) {
+  if (dX) gemm_bf16_stored<Eigen::RowMajor, Eigen::RowMajor>(N, in, out, dY, out, W, in, dX, in, false, alpha);
+  if (dW) gemm_bf16_stored<Eigen::ColMajor, Eigen::RowMajor>(out, in, N, dY, out, X, in, dW, in, true, alpha);
+}
+}  // namespace detail
+inline void linear_backward(float* dX, float* dW, const bfloat16* dY, const float* X, const float* W, std::int64_t N,
+                            std::int64_t in, std::int64_t out, float alpha = 1.0f) {
+  detail::linear_backward_bf16_dy(dX, dW, dY, X, W, N, in, out, alpha);
+}
+inline void linear_backward(float* dX, float* dW, const bfloat16* dY, const bfloat16* X, const float* W,
+                            std::int64_t N, std::int64_t in, std::int64_t out, float alpha = 1.0f) {
+  detail::linear_backward_bf16_dy(dX, dW, dY, X, W, N, in, out, alpha);
 }
 #endif
 

@@ -28,6 +28,19 @@ inline const float* widened(const bfloat16* x, std::int64_t n, std::int64_t at) 
   for (std::int64_t i = 0; i < n; ++i) w[i] = to_float(x[i]);
   return w;
 }
+// ... and write their gradient D either into its own buffer (D = T) or, kept
+// in bf16, first into scratch where the float32 row would sit (the same bits),
+// then rounded into place as round_to_bf16 rounds it (narrow).
+template <class T>
+inline T* output_row(T* d, std::int64_t, std::int64_t at) {
+  return d + at;
+}
+template <class T>
+inline void narrow(T*, const T*, std::int64_t) {}
+#if defined(NORMLAB_HAVE_BF16GEMM_AVX512)
+inline float* output_row(bfloat16*, std::int64_t n, std::int64_t at) { return scratch_row_like<kActRow>(n, at); }
+inline void narrow(bfloat16* dst, const float* row, std::int64_t n) { avx512::bf16::round_to_bf16(dst, row, n); }
+#endif
 }  // namespace detail
 
 // ---------------------------------------------------------------- plain activations
@@ -91,13 +104,13 @@ void pointwise_forward(Pointwise fn, T* act, const T* u, std::int64_t n) {
     detail::pointwise_chunk(fn, act + b, u + b, std::min(n, b + chunk) - b);
   });
 }
-template <class T, class U = T>
-void pointwise_backward(Pointwise fn, T* du, const T* dact, const U* u, std::int64_t n) {
+template <class T, class U = T, class D = T>
+void pointwise_backward(Pointwise fn, D* du, const T* dact, const U* u, std::int64_t n) {
   constexpr std::int64_t chunk = 4096;
   parallel_for((n + chunk - 1) / chunk, n > kParallelGrain, [&](std::int64_t c) {
     const std::int64_t b = c * chunk, m = std::min(n, b + chunk) - b;
     CArrayRow<T> x(detail::widened(u + b, m, b), m), d(dact + b, m);
-    ArrayRow<T> g(du + b, m);
+    ArrayRow<T> g(detail::output_row(du, m, b), m);
     switch (fn) {
       case Pointwise::relu2: g = (x > T(0)).select(T(2) * x, T(0)) * d; break;
       case Pointwise::gelu_tanh: {
@@ -110,6 +123,7 @@ void pointwise_backward(Pointwise fn, T* du, const T* dact, const U* u, std::int
         for (std::int64_t i = 0; i < m; ++i) g[i] = pointwise_derivative(fn, x[i]) * d[i];
         break;
     }
+    detail::narrow(du + b, g.data(), m);
   });
 }
 
@@ -171,32 +185,34 @@ inline void swiglu_packet_grads(const P& da, const P& xu, const P& xg, P& dxu, P
 }  // namespace detail
 
 // du = dact ⊙ silu(g); dg = dact ⊙ u ⊙ σ(g)(1 + g(1 − σ(g)))
-template <class T, class U = T>
-void swiglu_backward(T* duv, const T* dact, const U* uv, std::int64_t N, std::int64_t F) {
+template <class T, class U = T, class D = T>
+void swiglu_backward(D* duv, const T* dact, const U* uv, std::int64_t N, std::int64_t F) {
   using P = detail::Packet<T>;
   constexpr std::int64_t W = detail::kPacketSize<T>;
   const bool packets = detail::packet_rows<T>(F, duv);
   parallel_for(N, N * F > kParallelGrain, [&](std::int64_t i) {
     const T* row = detail::widened(uv + i * 2 * F, 2 * F, i * 2 * F);
+    T* out = detail::output_row(duv, 2 * F, i * 2 * F);
     if (packets) {
       using namespace Eigen::internal;
       const T *u = row, *g = u + F, *da = dact + i * F;
-      T *du = duv + i * 2 * F, *dg = du + F;
+      T *du = out, *dg = du + F;
       for (std::int64_t j = 0; j < F; j += W) {
         P dxu, dxg;
         detail::swiglu_packet_grads(ploadu<P>(da + j), ploadu<P>(u + j), ploadu<P>(g + j), dxu, dxg);
         pstore(du + j, dxu);
         pstore(dg + j, dxg);
       }
-      return;
+    } else {
+      CArrayRow<T> u(row, F), g(row + F, F), da(dact + i * F, F);
+      // σ(g) goes through the dg half of the output (no temporary): each
+      // element of it is read before it is overwritten.
+      ArrayRow<T> du(out, F), dg(out + F, F);
+      dg = T(1) / (T(1) + (-g).exp());
+      du = da * g * dg;
+      dg = da * u * dg * (T(1) + g * (T(1) - dg));
     }
-    CArrayRow<T> u(row, F), g(row + F, F), da(dact + i * F, F);
-    // σ(g) goes through the dg half of the output (no temporary): each
-    // element of it is read before it is overwritten.
-    ArrayRow<T> du(duv + i * 2 * F, F), dg(duv + i * 2 * F + F, F);
-    dg = T(1) / (T(1) + (-g).exp());
-    du = da * g * dg;
-    dg = da * u * dg * (T(1) + g * (T(1) - dg));
+    detail::narrow(duv + i * 2 * F, out, 2 * F);
   });
 }
 
@@ -254,8 +270,8 @@ inline void scaled_swiglu_forward(bfloat16* act, bfloat16* uv_kept, const float*
 // (c: the scale's re-parameterisation constant). The s_uv sum goes by row
 // chunks (row_chunk_reduce): a column-blocked walk over a 2F-wide matrix
 // misses the TLB on every row.
-template <class T, class U = T>
-void scaled_swiglu_backward(T* duv, T* ds, const T* dact, const U* uv, const T* s, std::int64_t N, std::int64_t F,
+template <class T, class U = T, class D = T>
+void scaled_swiglu_backward(D* duv, T* ds, const T* dact, const U* uv, const T* s, std::int64_t N, std::int64_t F,
                             T c) {
   using P = detail::Packet<T>;
   constexpr std::int64_t W = detail::kPacketSize<T>;
@@ -264,10 +280,11 @@ void scaled_swiglu_backward(T* duv, T* ds, const T* dact, const U* uv, const T* 
   CArrayRow<T> su(s, F), sg(s + F, F);
   row_chunk_reduce(ds, N, 2 * F, N * F > kParallelGrain, [&](std::int64_t i, ArrayRow<T>& partial) {
     const T* row = detail::widened(uv + i * 2 * F, 2 * F, i * 2 * F);
+    T* out = detail::output_row(duv, 2 * F, i * 2 * F);
     if (packets && detail::packet_rows<T>(F, partial.data())) {
       using namespace Eigen::internal;
       const T *u = row, *g = u + F, *da = dact + i * F;
-      T *du = duv + i * 2 * F, *dg = du + F, *pu = partial.data(), *pg = pu + F;
+      T *du = out, *dg = du + F, *pu = partial.data(), *pg = pu + F;
       for (std::int64_t j = 0; j < F; j += W) {
         const P uj = ploadu<P>(u + j), gj = ploadu<P>(g + j), suj = ploadu<P>(s + j), sgj = ploadu<P>(s + F + j);
         P dxu, dxg;
@@ -277,17 +294,18 @@ void scaled_swiglu_backward(T* duv, T* ds, const T* dact, const U* uv, const T* 
         pstore(du + j, pmul(dxu, suj));
         pstore(dg + j, pmul(dxg, sgj));
       }
-      return;
+    } else {
+      CArrayRow<T> u(row, F), g(row + F, F), da(dact + i * F, F);
+      ArrayRow<T> du(out, F), dg(out + F, F);
+      dg = T(1) / (T(1) + (-(g * sg)).exp());                      // σ(x_g), parked in dg
+      du = da * (g * sg) * dg;                                     // d x_u = da ⊙ silu(x_g)
+      dg = da * (u * su) * dg * (T(1) + (g * sg) * (T(1) - dg));  // d x_g
+      partial.head(F) += du * u;
+      partial.tail(F) += dg * g;
+      du *= su;
+      dg *= sg;
     }
-    CArrayRow<T> u(row, F), g(row + F, F), da(dact + i * F, F);
-    ArrayRow<T> du(duv + i * 2 * F, F), dg(duv + i * 2 * F + F, F);
-    dg = T(1) / (T(1) + (-(g * sg)).exp());                      // σ(x_g), parked in dg
-    du = da * (g * sg) * dg;                                     // d x_u = da ⊙ silu(x_g)
-    dg = da * (u * su) * dg * (T(1) + (g * sg) * (T(1) - dg));  // d x_g
-    partial.head(F) += du * u;
-    partial.tail(F) += dg * g;
-    du *= su;
-    dg *= sg;
+    detail::narrow(duv + i * 2 * F, out, 2 * F);
   }, c);
 }
 
