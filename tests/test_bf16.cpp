@@ -535,6 +535,25 @@ TEST_CASE("bf16: attention's products against float64 attention with bf16 operan
                              float(scale), c.window);
       cpu::attention_backward(dq16.data(), dk16.data(), dv16.data(), dyf.data(), y16.data(), l16.data(), qf.data(),
                               kf.data(), vf.data(), B, c.seq, H, c.dk, float(scale), c.window);
+#if defined(NORMLAB_HAVE_BF16GEMM_AVX512)
+      // q, k, v kept in bf16 (rounded as packing rounds them): the same bits.
+      std::vector<normlab::bfloat16> qh(q.size()), kh(q.size()), vh(q.size());
+      cpu::round_to_bf16(qh.data(), qf.data(), n);
+      cpu::round_to_bf16(kh.data(), kf.data(), n);
+      cpu::round_to_bf16(vh.data(), vf.data(), n);
+      const auto *q16 = static_cast<const normlab::bfloat16*>(qh.data()), *k16 = static_cast<const normlab::bfloat16*>(kh.data()),
+                 *v16 = static_cast<const normlab::bfloat16*>(vh.data());
+      std::vector<float> yh(q.size()), lh(lse.size()), dqh(q.size()), dkh(q.size()), dvh(q.size());
+      cpu::attention_forward(yh.data(), lh.data(), q16, k16, v16, B, c.seq, H, c.dk, float(scale), c.window);
+      cpu::attention_backward(dqh.data(), dkh.data(), dvh.data(), dyf.data(), yh.data(), lh.data(), q16, k16, v16, B,
+                              c.seq, H, c.dk, float(scale), c.window);
+      INFO("T " << c.seq << " dk " << c.dk << " window " << c.window << ": q, k, v stored in bf16");
+      CHECK(yh == y16);
+      CHECK(lh == l16);
+      CHECK(dqh == dq16);
+      CHECK(dkh == dk16);
+      CHECK(dvh == dv16);
+#endif
     }
     cpu::attention_forward(y32.data(), l32.data(), qf.data(), kf.data(), vf.data(), B, c.seq, H, c.dk, float(scale),
                            c.window);
@@ -617,12 +636,15 @@ TEMPLATE_LIST_TEST_CASE("bf16: every variant's loss and gradients against the fl
     PrecisionScope bf16(Precision::bf16);
     const auto plan16 = M32::memory_plan(mc, B, seq);
     using Scheme = typename M32::scheme;
-    const std::size_t norms = (std::is_same_v<typename Scheme::input_norm, rms_norm> ? 2 * mc.n_layer : 0) +
-                              (std::is_same_v<typename Scheme::final_norm, rms_norm> ? 1 : 0);
+    // N×C buffers halved: the RMSNorm outputs, and per layer qa, ka and v where the q/k site is RoPE
+    // alone (as many kv heads as query heads here).
+    const std::size_t nc_buffers = (std::is_same_v<typename Scheme::input_norm, rms_norm> ? 2 * mc.n_layer : 0) +
+                                   (std::is_same_v<typename Scheme::final_norm, rms_norm> ? 1 : 0) +
+                                   (std::is_same_v<typename Scheme::qk, qk_rope> ? 3 * mc.n_layer : 0);
     REQUIRE(N * F % 16 == 0);  // whole 64-byte lines: no arena padding in the sums below
     const std::size_t duv = std::size_t(N * F + N * UV - std::max(N * UV, N * F + N * UV / 2));
     CHECK(plan32.activations - plan16.activations ==
-          (std::size_t(mc.n_layer) * (half(N * F) + half(N * UV)) + norms * half(N * mc.n_embd) + duv) *
+          (std::size_t(mc.n_layer) * (half(N * F) + half(N * UV)) + nc_buffers * half(N * mc.n_embd) + duv) *
               sizeof(float));
     auto m32s = std::make_unique<M32>(mc, B, seq);
     CHECK(m32s->stores_act_bf16());
@@ -632,6 +654,25 @@ TEMPLATE_LIST_TEST_CASE("bf16: every variant's loss and gradients against the fl
     m32s->backward();
     CHECK(std::bit_cast<std::uint64_t>(l16s) == std::bit_cast<std::uint64_t>(l16));
     CHECK(std::memcmp(m32s->params().grad(), m32.params().grad(), m32.params().size() * sizeof(float)) == 0);
+    // With q, k kept in bf16 the probabilities come from what attention read: rows of one within
+    // float32's rounding of T terms and of lse (1e-5; q, k from forward's overwritten scratch
+    // would miss by O(1); float32 q, k against a bf16 lse by ~1e-3).
+    const std::vector<float> probs = m32s->attention_probs(mc.n_layer - 1);
+    for (std::int64_t r = 0; std::is_same_v<typename Scheme::qk, qk_rope> && r < B * mc.n_head * seq; ++r) {
+      double sum = 0;
+      for (std::int64_t t = 0; t < seq; ++t) sum += probs[std::size_t(r * seq + t)];
+      INFO("probability row " << r);
+      REQUIRE(std::abs(sum - 1.0) <= 1e-5);
+    }
+    // Decoding (one token's q, k, v in float32 scratch where they are kept in bf16) gives m32's bits.
+    auto cache16 = m32s->make_kv_cache();
+    auto cache32 = m32.make_kv_cache();
+    for (std::size_t t = 0; t < 5; ++t) {
+      const float* a = m32s->decode_step(idx[t], cache16);
+      const float* b = m32.decode_step(idx[t], cache32);
+      INFO("decoded token " << t);
+      REQUIRE(std::memcmp(a, b, std::size_t(mc.vocab_size) * sizeof(float)) == 0);
+    }
     cpu::set_matmul_precision(Precision::fp32);
     CHECK_THROWS_WITH(m32s->forward(idx.data(), tgt.data(), B, seq),
                       Catch::Contains("built under bf16 products") && Catch::Contains("run with float32 products"));

@@ -80,9 +80,15 @@ inline void Transformer<T, Scheme, Residual, Backend>::layout(Arena<T>& ar) {
     a.h_in = ar.take(N * C);
     bind_norm(a.in_att, ar, N, C);
     bind_norm(a.in_mlp, ar, N, C);
-    a.q = ar.take(N * C);
-    a.k = ar.take(N * KV);
-    a.v = ar.take(N * KV);
+    if (qkv_bf16()) {
+      a.q16 = ar.take_bf16(N * C);
+      a.k16 = ar.take_bf16(N * KV);
+      a.v16 = ar.take_bf16(N * KV);
+    } else {
+      a.q = ar.take(N * C);
+      a.k = ar.take(N * KV);
+      a.v = ar.take(N * KV);
+    }
     a.qk.bind(ar, N, cfg_);
     a.lse = ar.take(N * H);
     a.y = ar.take(N * C);

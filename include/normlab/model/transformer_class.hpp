@@ -95,6 +95,15 @@ class Transformer {
   static constexpr bool kDuvBf16 =
       kKeepsInForward && requires(Activation& s, StepContext<T>& c, bfloat16* h, const T* a, const bfloat16* x,
                                   std::int64_t n) { s.backward(c, h, a, x, n, n); };
+  // A q/k site whose backward reads neither q, k nor qa/ka (nn/qk.hpp) lets a
+  // bf16-storing model keep qa, ka and v in bf16 alone: attention's products
+  // are then their only readers (the same bits). Not with grouped kv heads.
+  static constexpr bool kQkvBf16 =
+      kBf16Storage && requires { requires !Qk::backward_reads_qk; } &&
+      requires(float* y, const float* x, const bfloat16* h, std::int64_t n, float s) {
+        Backend::attention_forward(y, y, h, h, h, n, n, n, n, s, n);
+        Backend::attention_backward(y, y, y, x, x, x, h, h, h, n, n, n, n, s, n);
+      };
   // A norm site whose output only products read may keep it in bf16 (its
   // optional bind_bf16/forward_bf16, nn/norms.hpp): a bf16-storing model then
   // keeps the input and final norms' outputs so, with the same bits.
@@ -269,6 +278,7 @@ class Transformer {
     T* q = nullptr;      // (N,C) projections (the qk site applies RoPE in place)
     T* k = nullptr;      // (N,KV)
     T* v = nullptr;      // (N,KV)
+    bfloat16 *q16 = nullptr, *k16 = nullptr, *v16 = nullptr;  // qa, ka, v kept in bf16 (qkv_bf16()): q, k, v null
     Qk qk;               // qa(), ka(): q, k as attention sees them
     T* lse = nullptr;    // (B,H,T) log-sum-exp of each attention row
     T* y = nullptr;      // (N,C) heads concatenated
@@ -418,6 +428,7 @@ class Transformer {
     f(static_cast<const T*>(a.uv));
   }
   void mlp_activation_forward(StepContext<T>& c, LayerActs& a, T* uv, std::int64_t N, std::int64_t F);
+  bool qkv_bf16() const { return kQkvBf16 && act_bf16_ && !cfg_.grouped_kv(); }
   // d_uv is kept in bf16 where uv is, the activation writes it so, and no bias reads it.
   bool duv_bf16() const { return kDuvBf16 && uv_bf16() && !cfg_.bias; }
   // The activation's backward and the input projection's two products (and its bias).

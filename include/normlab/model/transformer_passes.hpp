@@ -24,21 +24,31 @@ inline void Transformer<T, Scheme, Residual, Backend>::layer_forward(std::int64_
   T* h_out = (l + 1 < cfg_.n_layer) ? acts_[l + 1].h_in : h_final_;
   // ---- attention
   norm_forward(a.in_att, a.xa, a.xa16, a.h_in, N, C);
+  // Kept in bf16, q, k and v are computed in backward's scratch first.
+  T* q = qkv_bf16() ? d_q_ : a.q;
+  T* k = qkv_bf16() ? d_k_ : a.k;
+  T* v = qkv_bf16() ? d_v_ : a.v;
   with_normed(a.xa, a.xa16, [&](auto x) {
-    Backend::linear_forward(a.q, x, P(w.wq), N, C, C);
-    Backend::linear_forward(a.k, x, P(w.wk), N, C, KV);
-    Backend::linear_forward(a.v, x, P(w.wv), N, C, KV);
+    Backend::linear_forward(q, x, P(w.wq), N, C, C);
+    Backend::linear_forward(k, x, P(w.wk), N, C, KV);
+    Backend::linear_forward(v, x, P(w.wv), N, C, KV);
   });
-  add_bias(a.q, w.bq, N, C);
-  add_bias(a.k, w.bk, N, KV);
-  add_bias(a.v, w.bv, N, KV);
-  a.qk.forward(c, a.q, a.k);
+  add_bias(q, w.bq, N, C);
+  add_bias(k, w.bk, N, KV);
+  add_bias(v, w.bv, N, KV);
+  a.qk.forward(c, q, k);
+  if constexpr (kQkvBf16)
+    if (qkv_bf16() && !cache) {
+      Backend::round_to_bf16(a.q16, a.qk.qa(), N * C);
+      Backend::round_to_bf16(a.k16, a.qk.ka(), N * KV);
+      Backend::round_to_bf16(a.v16, static_cast<const T*>(v), N * KV);
+    }
   if (cache) {  // one token: append its key/value, attend over the window's positions up to pos0
     const std::int64_t pos0 = c.pos0, first = cfg_.attn_window > 0 ? std::max<std::int64_t>(0, pos0 + 1 - cfg_.attn_window) : 0;
     T* kc = cache->k.data() + l * maxT_ * KV;
     T* vc = cache->v.data() + l * maxT_ * KV;
     Backend::copy(kc + pos0 * KV, a.qk.ka(), KV);
-    Backend::copy(vc + pos0 * KV, static_cast<const T*>(a.v), KV);
+    Backend::copy(vc + pos0 * KV, static_cast<const T*>(v), KV);
     const T* keys = kc + first * KV;
     const T* values = vc + first * KV;
     if (cfg_.grouped_kv()) {
@@ -49,6 +59,11 @@ inline void Transformer<T, Scheme, Residual, Backend>::layer_forward(std::int64_
     }
     Backend::attention_decode(a.y, cache->scratch.data(), a.qk.qa(), keys, values, pos0 + 1 - first, H, D,
                               softmax_scale());
+  } else if (qkv_bf16()) {
+    if constexpr (kQkvBf16)
+      Backend::attention_forward(a.y, a.lse, static_cast<const bfloat16*>(a.q16), static_cast<const bfloat16*>(a.k16),
+                                 static_cast<const bfloat16*>(a.v16), c.B, c.seq, H, D, softmax_scale(),
+                                 cfg_.attn_window);
   } else {
     const auto [keys, values] = attention_kv(a, N);
     Backend::attention_forward(a.y, a.lse, a.qk.qa(), keys, values, c.B, c.seq, H, D, softmax_scale(),
@@ -196,9 +211,16 @@ void Transformer<T, Scheme, Residual, Backend>::backward(bool accumulate,
     const T* da = a.out_att.backward(c, d_x_, d_work_, a.a_raw, N, C);
     bias_grad(w.bo, da, N, C);
     Backend::linear_backward(d_y_, G(w.wo), da, a.y, P(w.wo), N, C, C, T(attn_factor_));
-    const auto [keys, values] = attention_kv(a, N);
-    Backend::attention_backward(d_q_, d_k_, d_v_, d_y_, a.y, a.lse, a.qk.qa(), keys, values, B, seq, cfg_.n_head,
-                                cfg_.head_dim(), softmax_scale(), cfg_.attn_window);
+    if (qkv_bf16()) {
+      if constexpr (kQkvBf16)
+        Backend::attention_backward(d_q_, d_k_, d_v_, d_y_, a.y, a.lse, static_cast<const bfloat16*>(a.q16),
+                                    static_cast<const bfloat16*>(a.k16), static_cast<const bfloat16*>(a.v16), B, seq,
+                                    cfg_.n_head, cfg_.head_dim(), softmax_scale(), cfg_.attn_window);
+    } else {
+      const auto [keys, values] = attention_kv(a, N);
+      Backend::attention_backward(d_q_, d_k_, d_v_, d_y_, a.y, a.lse, a.qk.qa(), keys, values, B, seq, cfg_.n_head,
+                                  cfg_.head_dim(), softmax_scale(), cfg_.attn_window);
+    }
     T* dk = d_k_;
     T* dv = d_v_;
     if (cfg_.grouped_kv()) {  // each kv head's gradient is the sum over its query heads
@@ -235,14 +257,26 @@ std::vector<T> Transformer<T, Scheme, Residual, Backend>::attention_probs(std::i
   const LayerActs& a = acts_.at(static_cast<std::size_t>(l));
   const std::int64_t H = cfg_.n_head, N = B_ * seq_;
   std::vector<T> P(static_cast<std::size_t>(B_ * H * seq_ * seq_));
+  const T* queries = a.qk.qa();
   const T* keys = a.qk.ka();
-  buffer wide;
+  buffer wide, wide_q;
+  if (qkv_bf16()) {  // the values attention read, widened exactly (forward's float32 q, k were scratch)
+    const std::size_t n = static_cast<std::size_t>(N * cfg_.n_embd);
+    wide_q.assign(n, T(0));
+    wide.assign(n, T(0));
+    for (std::size_t i = 0; i < n; ++i) {
+      wide_q[i] = T(to_float(a.q16[i]));
+      wide[i] = T(to_float(a.k16[i]));
+    }
+    queries = wide_q.data();
+    keys = wide.data();
+  }
   if (cfg_.grouped_kv()) {
     wide.assign(static_cast<std::size_t>(N * cfg_.n_embd), T(0));
     repeat_kv(wide.data(), keys, N);
     keys = wide.data();
   }
-  Backend::attention_probs(P.data(), a.lse, a.qk.qa(), keys, B_, seq_, H, cfg_.head_dim(), softmax_scale(),
+  Backend::attention_probs(P.data(), a.lse, queries, keys, B_, seq_, H, cfg_.head_dim(), softmax_scale(),
                            cfg_.attn_window);
   return P;
 }

@@ -6,6 +6,9 @@
 //                          qa()/ka() what attention sees
 //   backward(ctx, dq, dk, scratch)  dq, dk: gradients at qa/ka on entry, at
 //                          the projections' outputs on return (in place)
+// Optional: `static constexpr bool backward_reads_qk = false` where backward
+// reads neither q, k nor qa/ka: a bf16 run then keeps what attention reads
+// (qa, ka and v) in bf16 only, forward's q and k being scratch.
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -33,6 +36,7 @@ struct qk_rope {
   static constexpr std::string_view name = "rope";
   template <class T, class Backend>
   struct site {
+    static constexpr bool backward_reads_qk = false;  // RoPE's backward rotates dq, dk alone
     T* q = nullptr;  // (N, C) after RoPE (the projections' outputs, rotated in place)
     T* k = nullptr;
     void declare(ParamStore<T>&, const std::string&, const ModelConfig&) {}

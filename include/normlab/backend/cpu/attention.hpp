@@ -26,6 +26,61 @@ namespace normlab::cpu {
 // Backward recomputes each score block from q, k and lse.
 inline constexpr std::int64_t kAttnBlock = 64;
 
+namespace detail {
+// D = rowsum(dY ⊙ Y) of one head (T entries), what both backward paths start from.
+template <class T>
+void head_rowsums(T* D, const T* dy, const T* y, std::int64_t seq, std::int64_t C, std::int64_t dk) {
+  for (std::int64_t t = 0; t < seq; ++t) D[t] = lane_dot(dy + t * C, y + t * C, dk);
+}
+}  // namespace detail
+
+#if defined(NORMLAB_HAVE_ATTENTION_AVX512)
+namespace detail {
+// The AVX-512 path over every (batch, head): on the bf16 engine under
+// Precision::bf16 (q, k, v then float32, or kept in bf16: TQ), else float32.
+template <class TQ>
+void attention_forward_heads(float* y, float* lse, const TQ* q, const TQ* k, const TQ* v, std::int64_t B,
+                             std::int64_t seq, std::int64_t H, std::int64_t dk, float scale, std::int64_t window,
+                             [[maybe_unused]] bool bf16) {
+  static_assert(avx512::kBlock == kAttnBlock);
+  const std::int64_t C = H * dk;
+  parallel_for(B * H, B * H * seq * seq * dk > kParallelGrain, [&](std::int64_t bh) {
+    const std::int64_t b = bh / H, hd = bh % H, off = b * seq * C + hd * dk;
+    float* scratch = thread_scratch<float, kAttention>(std::size_t(avx512::attention_forward_scratch(seq, dk)));
+#if defined(NORMLAB_HAVE_BF16GEMM_AVX512)
+    if (bf16)
+      return avx512::attention_head_forward<true>(y + off, lse + bh * seq, q + off, k + off, v + off, seq, C, dk,
+                                                  scale, scratch, window);
+#endif
+    if constexpr (std::is_same_v<TQ, float>)
+      avx512::attention_head_forward(y + off, lse + bh * seq, q + off, k + off, v + off, seq, C, dk, scale, scratch,
+                                     window);
+  });
+}
+template <class TQ>
+void attention_backward_heads(float* dq, float* dk_, float* dv, const float* dy, const float* y, const float* lse,
+                              const TQ* q, const TQ* k, const TQ* v, std::int64_t B, std::int64_t seq, std::int64_t H,
+                              std::int64_t dk, float scale, std::int64_t window, [[maybe_unused]] bool bf16) {
+  const std::int64_t C = H * dk;
+  parallel_for(B * H, B * H * seq * seq * dk > kParallelGrain, [&](std::int64_t bh) {
+    const std::int64_t b = bh / H, hd = bh % H, off = b * seq * C + hd * dk;
+    const std::int64_t head = avx512::attention_backward_scratch(seq, dk);
+    float* scratch = thread_scratch<float, kAttention>(std::size_t(head + seq));
+    float* D = scratch + head;
+    head_rowsums(D, dy + off, y + off, seq, C, dk);
+#if defined(NORMLAB_HAVE_BF16GEMM_AVX512)
+    if (bf16)
+      return avx512::attention_head_backward<true>(dq + off, dk_ + off, dv + off, dy + off, D, lse + bh * seq,
+                                                   q + off, k + off, v + off, seq, C, dk, scale, scratch, window);
+#endif
+    if constexpr (std::is_same_v<TQ, float>)
+      avx512::attention_head_backward(dq + off, dk_ + off, dv + off, dy + off, D, lse + bh * seq, q + off, k + off,
+                                      v + off, seq, C, dk, scale, scratch, window);
+  });
+}
+}  // namespace detail
+#endif
+
 // window > 0: causal sliding window, query t attends to keys t−W+1 … t; both
 // paths skip key blocks wholly before a query block's windows. A window of at
 // least T masks nothing more than causality and runs as no window.
@@ -36,24 +91,8 @@ void attention_forward(T* y, T* lse, const T* q, const T* k, const T* v, std::in
   const std::int64_t C = H * dk;
   if (window >= seq) window = 0;
 #if defined(NORMLAB_HAVE_ATTENTION_AVX512)
-  if constexpr (std::is_same_v<T, float>) {
-    static_assert(avx512::kBlock == kAttnBlock);
-    // Under Precision::bf16 the head's products run on the bf16 engine.
-    [[maybe_unused]] const bool bf16 = bf16_products_active();
-    parallel_for(B * H, B * H * seq * seq * dk > kParallelGrain, [&](std::int64_t bh) {
-      const std::int64_t b = bh / H, hd = bh % H, off = b * seq * C + hd * dk;
-      float* scratch =
-          detail::thread_scratch<float, detail::kAttention>(std::size_t(avx512::attention_forward_scratch(seq, dk)));
-#if defined(NORMLAB_HAVE_BF16GEMM_AVX512)
-      if (bf16)
-        return avx512::attention_head_forward<true>(y + off, lse + bh * seq, q + off, k + off, v + off, seq, C, dk,
-                                                    scale, scratch, window);
-#endif
-      avx512::attention_head_forward(y + off, lse + bh * seq, q + off, k + off, v + off, seq, C, dk, scale, scratch,
-                                     window);
-    });
-    return;
-  }
+  if constexpr (std::is_same_v<T, float>)
+    return detail::attention_forward_heads(y, lse, q, k, v, B, seq, H, dk, scale, window, bf16_products_active());
 #endif
   parallel_for(B * H, B * H * seq * seq * dk > kParallelGrain, [&](std::int64_t bh) {
     const std::int64_t b = bh / H, hd = bh % H, off = b * seq * C + hd * dk;
@@ -111,35 +150,17 @@ void attention_backward(T* dq, T* dk_, T* dv, const T* dy, const T* y, const T* 
   // Both paths start a head with D = rowsum(dY ⊙ Y); the generic one also zeroes
   // the head's columns of dq, dk, dv (it accumulates into them; the AVX-512
   // path writes each row block with its first product instead).
-  auto head_rowsums = [&](T* D, std::int64_t off) {
-    for (std::int64_t t = 0; t < seq; ++t) D[t] = lane_dot(dy + off + t * C, y + off + t * C, dk);
-  };
 #if defined(NORMLAB_HAVE_ATTENTION_AVX512)
-  if constexpr (std::is_same_v<T, float>) {
-    [[maybe_unused]] const bool bf16 = bf16_products_active();
-    parallel_for(B * H, B * H * seq * seq * dk > kParallelGrain, [&](std::int64_t bh) {
-      const std::int64_t b = bh / H, hd = bh % H, off = b * seq * C + hd * dk;
-      const std::int64_t head = avx512::attention_backward_scratch(seq, dk);
-      float* scratch = detail::thread_scratch<float, detail::kAttention>(std::size_t(head + seq));
-      float* D = scratch + head;
-      head_rowsums(D, off);
-#if defined(NORMLAB_HAVE_BF16GEMM_AVX512)
-      if (bf16)
-        return avx512::attention_head_backward<true>(dq + off, dk_ + off, dv + off, dy + off, D, lse + bh * seq,
-                                                     q + off, k + off, v + off, seq, C, dk, scale, scratch, window);
-#endif
-      avx512::attention_head_backward(dq + off, dk_ + off, dv + off, dy + off, D, lse + bh * seq, q + off, k + off,
-                                      v + off, seq, C, dk, scale, scratch, window);
-    });
-    return;
-  }
+  if constexpr (std::is_same_v<T, float>)
+    return detail::attention_backward_heads(dq, dk_, dv, dy, y, lse, q, k, v, B, seq, H, dk, scale, window,
+                                            bf16_products_active());
 #endif
   parallel_for(B * H, B * H * seq * seq * dk > kParallelGrain, [&](std::int64_t bh) {
     const std::int64_t b = bh / H, hd = bh % H, off = b * seq * C + hd * dk;
     T* Pm = detail::thread_scratch<T, detail::kAttention>(std::size_t(2 * Bk * Bk + seq));
     T* dS = Pm + Bk * Bk;
     T* D = dS + Bk * Bk;
-    head_rowsums(D, off);
+    detail::head_rowsums(D, dy + off, y + off, seq, C, dk);
     for (std::int64_t t = 0; t < seq; ++t) {
       std::fill_n(dq + off + t * C, dk, T(0));
       std::fill_n(dk_ + off + t * C, dk, T(0));
@@ -173,6 +194,25 @@ void attention_backward(T* dq, T* dk_, T* dv, const T* dy, const T* y, const T* 
     }
   });
 }
+
+#if defined(NORMLAB_HAVE_ATTENTION_AVX512) && defined(NORMLAB_HAVE_BF16GEMM_AVX512)
+// The same with q, k, v kept in bf16 (a bf16 run whose q/k site's backward
+// reads neither): only while products run in bf16 (bf16_stored_operands()), on
+// the bf16 engine, whose panels they fill with the words packing their float32
+// values gives: the same bits.
+inline void attention_forward(float* y, float* lse, const bfloat16* q, const bfloat16* k, const bfloat16* v,
+                              std::int64_t B, std::int64_t seq, std::int64_t H, std::int64_t dk, float scale,
+                              std::int64_t window = 0) {
+  detail::attention_forward_heads(y, lse, q, k, v, B, seq, H, dk, scale, window >= seq ? 0 : window, true);
+}
+inline void attention_backward(float* dq, float* dk_, float* dv, const float* dy, const float* y, const float* lse,
+                               const bfloat16* q, const bfloat16* k, const bfloat16* v, std::int64_t B,
+                               std::int64_t seq, std::int64_t H, std::int64_t dk, float scale,
+                               std::int64_t window = 0) {
+  detail::attention_backward_heads(dq, dk_, dv, dy, y, lse, q, k, v, B, seq, H, dk, scale, window >= seq ? 0 : window,
+                                   true);
+}
+#endif
 
 // The probabilities themselves, (B,H,T,T) with zeros outside the mask, from
 // q, k and the lse of a forward pass: for diagnostics and tests only.

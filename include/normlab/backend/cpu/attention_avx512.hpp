@@ -76,13 +76,14 @@ struct Packing<true> {
   static std::int64_t words(std::int64_t depth) { return (depth + 1) / 2; }
   static std::uint32_t* as_words(float* p) { return reinterpret_cast<std::uint32_t*>(p); }
   static const std::uint32_t* as_words(const float* p) { return reinterpret_cast<const std::uint32_t*>(p); }
-  template <bool kRowA, int MR>
-  static void pack_a(float* d, const float* A, std::int64_t lda, std::int64_t i0, std::int64_t m, std::int64_t k0,
+  // From float32 or from bf16 (q, k, v kept so): the same words.
+  template <bool kRowA, int MR, class TA>
+  static void pack_a(float* d, const TA* A, std::int64_t lda, std::int64_t i0, std::int64_t m, std::int64_t k0,
                      std::int64_t kn) {
     bf16::pack_a<kRowA, MR>(as_words(d), A, lda, i0, m, k0, kn);
   }
-  template <bool kRowB>
-  static void pack_b(float* d, const float* B, std::int64_t ldb, std::int64_t k0, std::int64_t kn, std::int64_t j0,
+  template <bool kRowB, class TB>
+  static void pack_b(float* d, const TB* B, std::int64_t ldb, std::int64_t k0, std::int64_t kn, std::int64_t j0,
                      std::int64_t n) {
     bf16::pack_b<kRowB>(as_words(d), B, ldb, k0, kn, j0, n);
   }
@@ -198,8 +199,9 @@ inline std::int64_t attention_forward_scratch(std::int64_t seq, std::int64_t dk)
 // lse at the head's T entries. window > 0: query t sees keys t−W+1 … t only;
 // the scores left of a row's window are zeroed like those right of the
 // diagonal, so the block products keep their shapes and add exact zeros.
-template <bool kBf16 = false>
-void attention_head_forward(float* y, float* lse, const float* q, const float* k, const float* v, std::int64_t seq,
+// On the bf16 engine q, k and v may be kept in bf16 (TQ), read only as packed.
+template <bool kBf16 = false, class TQ = float>
+void attention_head_forward(float* y, float* lse, const TQ* q, const TQ* k, const TQ* v, std::int64_t seq,
                             std::int64_t C, std::int64_t dk, float scale, float* scratch, std::int64_t window = 0) {
   using detail::Row;
   using E = detail::Packing<kBf16>;
@@ -285,9 +287,9 @@ inline std::int64_t attention_backward_scratch(std::int64_t seq, std::int64_t dk
 // rowsum(dY ⊙ Y), T entries. With P recomputed from lse:
 // dS = scale·P ⊙ (dY Vᵀ − D); dq += dS K; dk += dSᵀ Q; dv += Pᵀ dY.
 // window as in the forward.
-template <bool kBf16 = false>
+template <bool kBf16 = false, class TQ = float>
 void attention_head_backward(float* dq, float* dk_, float* dv, const float* dy, const float* D, const float* lse,
-                             const float* q, const float* k, const float* v, std::int64_t seq, std::int64_t C,
+                             const TQ* q, const TQ* k, const TQ* v, std::int64_t seq, std::int64_t C,
                              std::int64_t dk, float scale, float* scratch, std::int64_t window = 0) {
   using detail::Row;
   using E = detail::Packing<kBf16>;

@@ -119,6 +119,18 @@ struct cpu_backend {
   static void pointwise_backward(Pointwise fn, bfloat16* du, const float* dact, const bfloat16* u, std::int64_t n) {
     cpu::pointwise_backward(fn, du, dact, u, n);
   }
+  // Attention reading q, k, v kept in bf16 (products alone read them there).
+  static void attention_forward(float* y, float* lse, const bfloat16* q, const bfloat16* k, const bfloat16* v,
+                                std::int64_t B, std::int64_t seq, std::int64_t H, std::int64_t dk, float scale,
+                                std::int64_t window = 0) {
+    cpu::attention_forward(y, lse, q, k, v, B, seq, H, dk, scale, window);
+  }
+  static void attention_backward(float* dq, float* dk_, float* dv, const float* dy, const float* y, const float* lse,
+                                 const bfloat16* q, const bfloat16* k, const bfloat16* v, std::int64_t B,
+                                 std::int64_t seq, std::int64_t H, std::int64_t dk, float scale,
+                                 std::int64_t window = 0) {
+    cpu::attention_backward(dq, dk_, dv, dy, y, lse, q, k, v, B, seq, H, dk, scale, window);
+  }
   // RMSNorm keeping its output in bf16 (a bf16 run's input norms: products alone read it).
   static void rmsnorm_forward(bfloat16* y, float* rstd, const float* x, const float* w, std::int64_t N,
                               std::int64_t C, float eps) {

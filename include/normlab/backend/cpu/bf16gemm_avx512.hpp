@@ -303,13 +303,33 @@ NORMLAB_BF16_TARGET inline void pack_b(std::uint32_t* dst, const float* B, std::
   }
 }
 
-// The same panels from B stored in bf16, row-major (kRowB): rows k and k+1's
-// halfwords of 16 columns as pair words.
+// The same panels from B stored in bf16: row-major, rows k and k+1's halfwords
+// of 16 columns as pair words; stored along K, a column's 32 values already are
+// its 16 pairs, transposed as above.
 template <bool kRowB>
-  requires kRowB
 NORMLAB_BF16_TARGET inline void pack_b(std::uint32_t* dst, const bfloat16* B, std::int64_t ldb, std::int64_t k0,
                                        std::int64_t kn, std::int64_t j0, std::int64_t n) {
   const std::int64_t kp = (kn + 1) / 2;
+  if constexpr (!kRowB) {
+    for (std::int64_t c = 0; c < n; c += kNR) {
+      const int nv = int(std::min<std::int64_t>(kNR, n - c));
+      const bfloat16* s = B + (j0 + c) * ldb + k0;
+      std::uint32_t* d = dst + c * kp;
+      for (int h = 0; h < 2; ++h) {
+        for (std::int64_t k = 0; k < kn; k += 32) {
+          const __mmask32 valid = bf16_lanes(int(kn - k));
+          __m512 r[16];
+          for (int i = 0; i < 16; ++i)
+            r[i] = 16 * h + i < nv ? _mm512_castsi512_ps(_mm512_maskz_loadu_epi16(valid, s + (16 * h + i) * ldb + k))
+                                   : _mm512_setzero_ps();
+          detail::transpose16(r);
+          const int pairs = int(std::min<std::int64_t>(16, kp - k / 2));
+          for (int j = 0; j < pairs; ++j) _mm512_store_si512(d + (k / 2 + j) * kNR + 16 * h, _mm512_castps_si512(r[j]));
+        }
+      }
+    }
+    return;
+  }
   for (std::int64_t q = 0; q < kp; ++q) {
     const bfloat16* s0 = B + (k0 + 2 * q) * ldb + j0;
     const bfloat16* s1 = 2 * q + 1 < kn ? s0 + ldb : nullptr;
