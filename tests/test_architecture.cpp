@@ -654,3 +654,23 @@ TEST_CASE("architecture: a bias through a GEMM on a column of ones (the fallback
     CHECK(std::abs(db_gemm[j] - ref) <= 1e-12);
   }
 }
+
+TEST_CASE("architecture: a block whose residual rule reads no branch output keeps none for backward",
+          "[architecture]") {
+  // gpt's and gpt_alpha's blocks differ only in the residual rule: lerp's
+  // backward reads f (dα needs f − h), residual_add's reads neither f nor its
+  // output, so gpt keeps no a_raw or m_raw (two N×C buffers a layer; its
+  // branch outputs live in backward's scratch until the residual joins them).
+  // Exact: arena buffers are whole 64-byte lines, N·C = 3·16·32 is a multiple.
+  ModelConfig c = modern_config();
+  c.n_kv_heads = 0;
+  c.attn_window = 0;
+  const std::int64_t B = 3, T = 16, N = B * T;
+  using Add = Transformer<double, prenorm_rms, residual_add>;
+  using Lerp = Transformer<double, prenorm_rms, lerp>;
+  CHECK(Lerp::memory_plan(c, B, T).activations - Add::memory_plan(c, B, T).activations ==
+        std::size_t(2 * c.n_layer * N * c.n_embd) * sizeof(double));
+  // Its gradients are checked above (central differences); decoding, whose
+  // branch outputs share that scratch, still equals the forward.
+  CHECK(decode_vs_forward<Add>(c, 9) <= 1e-12);
+}

@@ -92,7 +92,7 @@ inline void Transformer<T, Scheme, Residual, Backend>::layout(Arena<T>& ar) {
     a.qk.bind(ar, N, cfg_);
     a.lse = ar.take(N * H);
     a.y = ar.take(N * C);
-    a.a_raw = ar.take(N * C);
+    if constexpr (!kBranchInScratch) a.a_raw = ar.take(N * C);
     a.out_att.bind(ar, N, C);
     a.res_att.bind(ar, N, C);
     a.h_mid = ar.take(N * C);
@@ -104,7 +104,7 @@ inline void Transformer<T, Scheme, Residual, Backend>::layout(Arena<T>& ar) {
       a.act16 = ar.take_bf16(N * F);
     else
       a.act = ar.take(N * F);
-    a.m_raw = ar.take(N * C);
+    if constexpr (!kBranchInScratch) a.m_raw = ar.take(N * C);
     a.out_mlp.bind(ar, N, C);
     a.res_mlp.bind(ar, N, C);
   }
@@ -117,20 +117,24 @@ inline void Transformer<T, Scheme, Residual, Backend>::layout(Arena<T>& ar) {
   d_x_ = ar.take(N * C);
   d_work_ = ar.take(N * C);
   d_y_ = ar.take(N * C);
-  d_q_ = ar.take(N * C);
-  d_k_ = ar.take(N * C);
-  d_v_ = ar.take(N * C);
-  if (duv_bf16()) {
-    // Forward's float32 uv spans d_act and d_uv16 (both free until backward,
-    // which uses them apart); d_uv16 starts on a 64-byte line.
-    const std::int64_t act = (N * F + 15) / 16 * 16;
-    uv_f32_ = ar.take(std::max(N * UV, act + (N * UV + 1) / 2));
-    d_act_ = uv_f32_;
-    d_uv16_ = uv_f32_ ? reinterpret_cast<bfloat16*>(uv_f32_ + act) : nullptr;
-  } else {
-    d_act_ = ar.take(N * F);
-    d_uv_ = uv_f32_ = ar.take(N * UV);
-  }
+  // Backward's MLP scratch (d_act, d_uv) and its attention scratch (d_q, d_k,
+  // d_v) are never live together, nor are forward's float32 q, k, v (kept in
+  // bf16) and its float32 uv: one region holds each pair in turn. Every piece
+  // starts on a 64-byte line.
+  const auto line = [](std::int64_t n) { return (n + 15) / 16 * 16; };
+  const std::int64_t act = line(N * F);
+  // Where d_uv is kept in bf16, forward's float32 uv spans d_act and d_uv16.
+  const std::int64_t mlp = duv_bf16() ? std::max(N * UV, act + (N * UV + 1) / 2) : act + N * UV;
+  T* region = ar.take(std::max(mlp, 3 * line(N * C)));
+  const auto at = [&](std::int64_t offset) { return region ? region + offset : nullptr; };
+  d_q_ = at(0);
+  d_k_ = at(line(N * C));
+  d_v_ = at(2 * line(N * C));
+  d_act_ = uv_f32_ = at(0);
+  if (duv_bf16())
+    d_uv16_ = reinterpret_cast<bfloat16*>(at(act));
+  else
+    d_uv_ = uv_f32_ = at(act);
   if (cfg_.grouped_kv()) {  // widened k, v (shared by the layers: backward widens again) and compact grads
     kx_ = ar.take(N * C);
     vx_ = ar.take(N * C);

@@ -104,6 +104,11 @@ class Transformer {
         Backend::attention_forward(y, y, h, h, h, n, n, n, n, s, n);
         Backend::attention_backward(y, y, y, x, x, x, h, h, h, n, n, n, n, s, n);
       };
+  // A block whose output norms are the identity and whose residual rule's
+  // backward reads no branch output (nn/residual.hpp) keeps a_raw and m_raw only
+  // until the residual joins them: in backward's scratch, every precision.
+  static constexpr bool kBranchInScratch =
+      is_identity_norm<typename Scheme::output_norm> && requires { requires !Residual::backward_reads_branch; };
   // A norm site whose output only products read may keep it in bf16 (its
   // optional bind_bf16/forward_bf16, nn/norms.hpp): a bf16-storing model then
   // keeps the input and final norms' outputs so, with the same bits.
@@ -282,7 +287,7 @@ class Transformer {
     Qk qk;               // qa(), ka(): q, k as attention sees them
     T* lse = nullptr;    // (B,H,T) log-sum-exp of each attention row
     T* y = nullptr;      // (N,C) heads concatenated
-    T* a_raw = nullptr;  // (N,C) c_att · y W_oᵀ
+    T* a_raw = nullptr;  // (N,C) c_att · y W_oᵀ (null where kBranchInScratch)
     OutputNorm out_att;  // a = output_norm(a_raw)
     const T* a = nullptr;
     ResidualSite res_att;
@@ -295,7 +300,7 @@ class Transformer {
     Activation activation;
     T* act = nullptr;    // (N,F), or nullptr when act is stored in bf16:
     bfloat16* act16 = nullptr;  // (N,F) act in bf16 (act_bf16_)
-    T* m_raw = nullptr;  // (N,C) c_mlp · act W_projᵀ
+    T* m_raw = nullptr;  // (N,C) c_mlp · act W_projᵀ (as a_raw)
     OutputNorm out_mlp;  // m = output_norm(m_raw)
     const T* m = nullptr;
     ResidualSite res_mlp;

@@ -70,9 +70,10 @@ inline void Transformer<T, Scheme, Residual, Backend>::layer_forward(std::int64_
                                cfg_.attn_window);
   }
   // The scheme's output factor (1 for most) is the GEMM's alpha.
-  Backend::linear_forward(a.a_raw, static_cast<const T*>(a.y), P(w.wo), N, C, C, false, T(attn_factor_));
-  add_bias(a.a_raw, w.bo, N, C);
-  a.a = a.out_att.forward(c, a.a_raw, N, C);
+  T* a_raw = kBranchInScratch ? d_work_ : a.a_raw;
+  Backend::linear_forward(a_raw, static_cast<const T*>(a.y), P(w.wo), N, C, C, false, T(attn_factor_));
+  add_bias(a_raw, w.bo, N, C);
+  a.a = a.out_att.forward(c, a_raw, N, C);
   a.res_att.forward(c, a.h_mid, a.h_in, a.a, N, C);
   // ---- MLP
   norm_forward(a.in_mlp, a.xm, a.xm16, a.h_mid, N, C);
@@ -81,12 +82,14 @@ inline void Transformer<T, Scheme, Residual, Backend>::layer_forward(std::int64_
   with_normed(a.xm, a.xm16, [&](auto x) { Backend::linear_forward(uv, x, P(w.wfc), N, C, UV); });
   add_bias(uv, w.bfc, N, UV);
   mlp_activation_forward(c, a, uv, N, F);
+  T* m_raw = kBranchInScratch ? d_work_ : a.m_raw;
   with_stored_act(a, [&](auto act) {
-    Backend::linear_forward(a.m_raw, act, P(w.wproj), N, F, C, false, T(mlp_factor_));
+    Backend::linear_forward(m_raw, act, P(w.wproj), N, F, C, false, T(mlp_factor_));
   });
-  add_bias(a.m_raw, w.bproj, N, C);
-  a.m = a.out_mlp.forward(c, a.m_raw, N, C);
+  add_bias(m_raw, w.bproj, N, C);
+  a.m = a.out_mlp.forward(c, m_raw, N, C);
   a.res_mlp.forward(c, h_out, a.h_mid, a.m, N, C);
+  if constexpr (kBranchInScratch) a.a = a.m = nullptr;  // not kept: backward reads neither
 }
 
 // The MLP's activation on the float32 uv just computed (in d_uv_ where uv is

@@ -19,6 +19,9 @@
 // The built-in rules share residual_site below and name their math (`math`,
 // a ResidualMath), which each backend implements (the CPU's in
 // backend/cpu/residual.hpp); a user's rule writes its own site.
+// Optional: `static constexpr bool backward_reads_branch = false` where the
+// site's backward reads neither f nor out (residual_add): a block whose output
+// norms are the identity then keeps no branch output for backward.
 #include <cmath>
 #include <concepts>
 #include <cstdint>
@@ -46,6 +49,7 @@ struct residual_add {  // h ← h + f
   static constexpr bool retracts = false;  // output lies on the unit sphere
   static constexpr bool nu_scaled = false;
   static constexpr ResidualMath math = ResidualMath::add;
+  static constexpr bool backward_reads_branch = false;  // dh = df = dout
   template <class T, class Backend, ScaleKind AlphaKind = ScaleKind::vector>
   using site = residual_site<residual_add, T, Backend, AlphaKind>;
 };
