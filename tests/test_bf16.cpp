@@ -529,10 +529,15 @@ TEST_CASE("bf16: attention's products against float64 attention with bf16 operan
     {
       PrecisionScope bf16(Precision::bf16);
       cpu::attention_forward(y.data(), lse.data(), q.data(), k.data(), v.data(), B, c.seq, H, c.dk, scale, c.window);
-      cpu::attention_backward(dq.data(), dk.data(), dv.data(), dy.data(), y.data(), lse.data(), q.data(), k.data(),
-                              v.data(), B, c.seq, H, c.dk, scale, c.window);
       cpu::attention_forward(y16.data(), l16.data(), qf.data(), kf.data(), vf.data(), B, c.seq, H, c.dk,
                              float(scale), c.window);
+      // The oracle's backward reads the engine's y: under bf16 D = rowsum(dY ⊙ Y)
+      // reads Y rounded to bf16 (as a bf16 run keeps it), and a y computed in
+      // float32 and in float64 may round to neighbouring bf16 values, which would
+      // move a whole row of dS: the forward's difference, checked on y itself.
+      const std::vector<double> y_engine(y16.begin(), y16.end());
+      cpu::attention_backward(dq.data(), dk.data(), dv.data(), dy.data(), y_engine.data(), lse.data(), q.data(),
+                              k.data(), v.data(), B, c.seq, H, c.dk, scale, c.window);
       cpu::attention_backward(dq16.data(), dk16.data(), dv16.data(), dyf.data(), y16.data(), l16.data(), qf.data(),
                               kf.data(), vf.data(), B, c.seq, H, c.dk, float(scale), c.window);
 #if defined(NORMLAB_HAVE_BF16GEMM_AVX512)
@@ -550,6 +555,20 @@ TEST_CASE("bf16: attention's products against float64 attention with bf16 operan
       INFO("T " << c.seq << " dk " << c.dk << " window " << c.window << ": q, k, v stored in bf16");
       CHECK(yh == y16);
       CHECK(lh == l16);
+      CHECK(dqh == dq16);
+      CHECK(dkh == dk16);
+      CHECK(dvh == dv16);
+      // y kept in bf16 too, and alone: D reads it as the float32 y under bf16 is read.
+      std::vector<normlab::bfloat16> yk(q.size());
+      cpu::round_to_bf16(yk.data(), y16.data(), n);
+      const normlab::bfloat16* y_kept = yk.data();
+      cpu::attention_backward(dqh.data(), dkh.data(), dvh.data(), dyf.data(), y_kept, lh.data(), q16, k16, v16, B,
+                              c.seq, H, c.dk, float(scale), c.window);
+      CHECK(dqh == dq16);
+      CHECK(dkh == dk16);
+      CHECK(dvh == dv16);
+      cpu::attention_backward(dqh.data(), dkh.data(), dvh.data(), dyf.data(), y_kept, lh.data(), qf.data(), kf.data(),
+                              vf.data(), B, c.seq, H, c.dk, float(scale), c.window);
       CHECK(dqh == dq16);
       CHECK(dkh == dk16);
       CHECK(dvh == dv16);
@@ -622,7 +641,7 @@ TEMPLATE_LIST_TEST_CASE("bf16: every variant's loss and gradients against the fl
     m32.backward();
   }
   // Built under bf16 products, a float32 model keeps its MLP activations (uv
-  // and act), the outputs of its RMSNorm input and final norms, and the
+  // and act), attention's output y, the outputs of its RMSNorm input and final norms, and the
   // backward's d_uv (forward's float32 uv spanning d_act and d_uv), in bf16:
   // the plan is smaller by half of those buffers, the loss
   // and every gradient have the bits of m32 (built under fp32, its uv rounded
@@ -636,9 +655,10 @@ TEMPLATE_LIST_TEST_CASE("bf16: every variant's loss and gradients against the fl
     PrecisionScope bf16(Precision::bf16);
     const auto plan16 = M32::memory_plan(mc, B, seq);
     using Scheme = typename M32::scheme;
-    // N×C buffers halved: the RMSNorm outputs, and per layer qa, ka and v where the q/k site is RoPE
-    // alone (as many kv heads as query heads here).
-    const std::size_t nc_buffers = (std::is_same_v<typename Scheme::input_norm, rms_norm> ? 2 * mc.n_layer : 0) +
+    // N×C buffers halved: attention's output y, the RMSNorm outputs, and per layer qa, ka and v where
+    // the q/k site is RoPE alone (as many kv heads as query heads here).
+    const std::size_t nc_buffers = std::size_t(mc.n_layer) +
+                                   (std::is_same_v<typename Scheme::input_norm, rms_norm> ? 2 * mc.n_layer : 0) +
                                    (std::is_same_v<typename Scheme::final_norm, rms_norm> ? 1 : 0) +
                                    (std::is_same_v<typename Scheme::qk, qk_rope> ? 3 * mc.n_layer : 0);
     REQUIRE(N * F % 16 == 0);  // whole 64-byte lines: no arena padding in the sums below

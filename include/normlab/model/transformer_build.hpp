@@ -91,7 +91,10 @@ inline void Transformer<T, Scheme, Residual, Backend>::layout(Arena<T>& ar) {
     }
     a.qk.bind(ar, N, cfg_);
     a.lse = ar.take(N * H);
-    a.y = ar.take(N * C);
+    if (y_bf16())
+      a.y16 = ar.take_bf16(N * C);
+    else
+      a.y = ar.take(N * C);
     if constexpr (!kBranchInScratch) a.a_raw = ar.take(N * C);
     a.out_att.bind(ar, N, C);
     a.res_att.bind(ar, N, C);

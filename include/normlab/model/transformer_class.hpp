@@ -104,6 +104,16 @@ class Transformer {
         Backend::attention_forward(y, y, h, h, h, n, n, n, n, s, n);
         Backend::attention_backward(y, y, y, x, x, x, h, h, h, n, n, n, n, s, n);
       };
+  // Attention's output y, read by the output projection's products and by
+  // attention backward's rowsum of dY ⊙ Y, which under bf16 reads it rounded
+  // in every model (backend/cpu/attention.hpp): kept in bf16 by a bf16-storing
+  // model where the backend's attention backward reads it so.
+  static constexpr bool kYBf16 =
+      kBf16Storage && requires(float* y, const float* x, const bfloat16* h, std::int64_t n, float s) {
+        Backend::attention_backward(y, y, y, x, h, x, x, x, x, n, n, n, n, s, n);
+      } && (!kQkvBf16 || requires(float* y, const float* x, const bfloat16* h, std::int64_t n, float s) {
+        Backend::attention_backward(y, y, y, x, h, x, h, h, h, n, n, n, n, s, n);
+      });
   // A block whose output norms are the identity and whose residual rule's
   // backward reads no branch output (nn/residual.hpp) keeps a_raw and m_raw only
   // until the residual joins them: in backward's scratch, every precision.
@@ -286,7 +296,8 @@ class Transformer {
     bfloat16 *q16 = nullptr, *k16 = nullptr, *v16 = nullptr;  // qa, ka, v kept in bf16 (qkv_bf16()): q, k, v null
     Qk qk;               // qa(), ka(): q, k as attention sees them
     T* lse = nullptr;    // (B,H,T) log-sum-exp of each attention row
-    T* y = nullptr;      // (N,C) heads concatenated
+    T* y = nullptr;      // (N,C) heads concatenated, or nullptr when y is kept in bf16:
+    bfloat16* y16 = nullptr;  // (N,C) y in bf16 (y_bf16())
     T* a_raw = nullptr;  // (N,C) c_att · y W_oᵀ (null where kBranchInScratch)
     OutputNorm out_att;  // a = output_norm(a_raw)
     const T* a = nullptr;
@@ -434,6 +445,13 @@ class Transformer {
   }
   void mlp_activation_forward(StepContext<T>& c, LayerActs& a, T* uv, std::int64_t N, std::int64_t F);
   bool qkv_bf16() const { return kQkvBf16 && act_bf16_ && !cfg_.grouped_kv(); }
+  bool y_bf16() const { return kYBf16 && act_bf16_; }
+  template <class F>
+  void with_stored_y(const LayerActs& a, F&& f) const {
+    if constexpr (kYBf16)
+      if (y_bf16()) return f(static_cast<const bfloat16*>(a.y16));
+    f(static_cast<const T*>(a.y));
+  }
   // d_uv is kept in bf16 where uv is, the activation writes it so, and no bias reads it.
   bool duv_bf16() const { return kDuvBf16 && uv_bf16() && !cfg_.bias; }
   // The activation's backward and the input projection's two products (and its bias).

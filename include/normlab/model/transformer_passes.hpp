@@ -28,6 +28,7 @@ inline void Transformer<T, Scheme, Residual, Backend>::layer_forward(std::int64_
   T* q = qkv_bf16() ? d_q_ : a.q;
   T* k = qkv_bf16() ? d_k_ : a.k;
   T* v = qkv_bf16() ? d_v_ : a.v;
+  T* y = y_bf16() ? d_y_ : a.y;  // kept in bf16, y is computed in backward's scratch first
   with_normed(a.xa, a.xa16, [&](auto x) {
     Backend::linear_forward(q, x, P(w.wq), N, C, C);
     Backend::linear_forward(k, x, P(w.wk), N, C, KV);
@@ -57,21 +58,23 @@ inline void Transformer<T, Scheme, Residual, Backend>::layer_forward(std::int64_
       keys = cache->kx.data();
       values = cache->vx.data();
     }
-    Backend::attention_decode(a.y, cache->scratch.data(), a.qk.qa(), keys, values, pos0 + 1 - first, H, D,
+    Backend::attention_decode(y, cache->scratch.data(), a.qk.qa(), keys, values, pos0 + 1 - first, H, D,
                               softmax_scale());
   } else if (qkv_bf16()) {
     if constexpr (kQkvBf16)
-      Backend::attention_forward(a.y, a.lse, static_cast<const bfloat16*>(a.q16), static_cast<const bfloat16*>(a.k16),
+      Backend::attention_forward(y, a.lse, static_cast<const bfloat16*>(a.q16), static_cast<const bfloat16*>(a.k16),
                                  static_cast<const bfloat16*>(a.v16), c.B, c.seq, H, D, softmax_scale(),
                                  cfg_.attn_window);
   } else {
     const auto [keys, values] = attention_kv(a, N);
-    Backend::attention_forward(a.y, a.lse, a.qk.qa(), keys, values, c.B, c.seq, H, D, softmax_scale(),
+    Backend::attention_forward(y, a.lse, a.qk.qa(), keys, values, c.B, c.seq, H, D, softmax_scale(),
                                cfg_.attn_window);
   }
   // The scheme's output factor (1 for most) is the GEMM's alpha.
   T* a_raw = kBranchInScratch ? d_work_ : a.a_raw;
-  Backend::linear_forward(a_raw, static_cast<const T*>(a.y), P(w.wo), N, C, C, false, T(attn_factor_));
+  if constexpr (kYBf16)
+    if (y_bf16() && !cache) Backend::round_to_bf16(a.y16, static_cast<const T*>(y), N * C);
+  Backend::linear_forward(a_raw, static_cast<const T*>(y), P(w.wo), N, C, C, false, T(attn_factor_));
   add_bias(a_raw, w.bo, N, C);
   a.a = a.out_att.forward(c, a_raw, N, C);
   a.res_att.forward(c, a.h_mid, a.h_in, a.a, N, C);
@@ -213,17 +216,19 @@ void Transformer<T, Scheme, Residual, Backend>::backward(bool accumulate,
     a.res_att.backward(c, d_h_, d_work_, d_h_, a.h_mid, a.h_in, a.a, N, C);
     const T* da = a.out_att.backward(c, d_x_, d_work_, a.a_raw, N, C);
     bias_grad(w.bo, da, N, C);
-    Backend::linear_backward(d_y_, G(w.wo), da, a.y, P(w.wo), N, C, C, T(attn_factor_));
-    if (qkv_bf16()) {
-      if constexpr (kQkvBf16)
-        Backend::attention_backward(d_q_, d_k_, d_v_, d_y_, a.y, a.lse, static_cast<const bfloat16*>(a.q16),
-                                    static_cast<const bfloat16*>(a.k16), static_cast<const bfloat16*>(a.v16), B, seq,
-                                    cfg_.n_head, cfg_.head_dim(), softmax_scale(), cfg_.attn_window);
-    } else {
-      const auto [keys, values] = attention_kv(a, N);
-      Backend::attention_backward(d_q_, d_k_, d_v_, d_y_, a.y, a.lse, a.qk.qa(), keys, values, B, seq, cfg_.n_head,
-                                  cfg_.head_dim(), softmax_scale(), cfg_.attn_window);
-    }
+    with_stored_y(a, [&](auto y) {
+      Backend::linear_backward(d_y_, G(w.wo), da, y, P(w.wo), N, C, C, T(attn_factor_));
+      if (qkv_bf16()) {
+        if constexpr (kQkvBf16)
+          Backend::attention_backward(d_q_, d_k_, d_v_, d_y_, y, a.lse, static_cast<const bfloat16*>(a.q16),
+                                      static_cast<const bfloat16*>(a.k16), static_cast<const bfloat16*>(a.v16), B,
+                                      seq, cfg_.n_head, cfg_.head_dim(), softmax_scale(), cfg_.attn_window);
+      } else {
+        const auto [keys, values] = attention_kv(a, N);
+        Backend::attention_backward(d_q_, d_k_, d_v_, d_y_, y, a.lse, a.qk.qa(), keys, values, B, seq, cfg_.n_head,
+                                    cfg_.head_dim(), softmax_scale(), cfg_.attn_window);
+      }
+    });
     T* dk = d_k_;
     T* dv = d_v_;
     if (cfg_.grouped_kv()) {  // each kv head's gradient is the sum over its query heads

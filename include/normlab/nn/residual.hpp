@@ -20,8 +20,8 @@
 // a ResidualMath), which each backend implements (the CPU's in
 // backend/cpu/residual.hpp); a user's rule writes its own site.
 // Optional: `static constexpr bool backward_reads_branch = false` where the
-// site's backward reads neither f nor out (residual_add): a block whose output
-// norms are the identity then keeps no branch output for backward.
+// site's backward never reads f (residual_add): a block whose output norms are
+// the identity then keeps no branch output for backward (f passed as null).
 #include <cmath>
 #include <concepts>
 #include <cstdint>

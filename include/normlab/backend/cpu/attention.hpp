@@ -27,10 +27,22 @@ namespace normlab::cpu {
 inline constexpr std::int64_t kAttnBlock = 64;
 
 namespace detail {
-// D = rowsum(dY ⊙ Y) of one head (T entries), what both backward paths start from.
-template <class T>
-void head_rowsums(T* D, const T* dy, const T* y, std::int64_t seq, std::int64_t C, std::int64_t dk) {
-  for (std::int64_t t = 0; t < seq; ++t) D[t] = lane_dot(dy + t * C, y + t * C, dk);
+// D = rowsum(dY ⊙ Y) of one head (T entries), what both backward paths start
+// from. Under bf16 a run keeps Y in bf16 (TY = bfloat16), so every model of a
+// bf16 run reads it rounded here (`rounded`: a float32 model built before bf16
+// was set, the float64 oracle): one D, the same bits.
+template <class T, class TY>
+void head_rowsums(T* D, const T* dy, const TY* y, std::int64_t seq, std::int64_t C, std::int64_t dk, bool rounded) {
+  for (std::int64_t t = 0; t < seq; ++t) {
+    const T* g = dy + t * C;
+    const TY* o = y + t * C;
+    if constexpr (std::is_same_v<TY, bfloat16>)
+      D[t] = lane_sum<T>(dk, [&](std::int64_t c) { return g[c] * T(to_float(o[c])); });
+    else if (rounded)
+      D[t] = lane_sum<T>(dk, [&](std::int64_t c) { return g[c] * T(bf16_method_round(double(o[c]))); });
+    else
+      D[t] = lane_dot(g, o, dk);
+  }
 }
 }  // namespace detail
 
@@ -57,8 +69,8 @@ void attention_forward_heads(float* y, float* lse, const TQ* q, const TQ* k, con
                                      window);
   });
 }
-template <class TQ>
-void attention_backward_heads(float* dq, float* dk_, float* dv, const float* dy, const float* y, const float* lse,
+template <class TQ, class TY>
+void attention_backward_heads(float* dq, float* dk_, float* dv, const float* dy, const TY* y, const float* lse,
                               const TQ* q, const TQ* k, const TQ* v, std::int64_t B, std::int64_t seq, std::int64_t H,
                               std::int64_t dk, float scale, std::int64_t window, [[maybe_unused]] bool bf16) {
   const std::int64_t C = H * dk;
@@ -67,7 +79,7 @@ void attention_backward_heads(float* dq, float* dk_, float* dv, const float* dy,
     const std::int64_t head = avx512::attention_backward_scratch(seq, dk);
     float* scratch = thread_scratch<float, kAttention>(std::size_t(head + seq));
     float* D = scratch + head;
-    head_rowsums(D, dy + off, y + off, seq, C, dk);
+    head_rowsums(D, dy + off, y + off, seq, C, dk, bf16);
 #if defined(NORMLAB_HAVE_BF16GEMM_AVX512)
     if (bf16)
       return avx512::attention_head_backward<true>(dq + off, dk_ + off, dv + off, dy + off, D, lse + bh * seq,
@@ -155,12 +167,13 @@ void attention_backward(T* dq, T* dk_, T* dv, const T* dy, const T* y, const T* 
     return detail::attention_backward_heads(dq, dk_, dv, dy, y, lse, q, k, v, B, seq, H, dk, scale, window,
                                             bf16_products_active());
 #endif
+  const bool rounded = std::is_same_v<T, float> ? bf16_products_active() : matmul_precision() == Precision::bf16;
   parallel_for(B * H, B * H * seq * seq * dk > kParallelGrain, [&](std::int64_t bh) {
     const std::int64_t b = bh / H, hd = bh % H, off = b * seq * C + hd * dk;
     T* Pm = detail::thread_scratch<T, detail::kAttention>(std::size_t(2 * Bk * Bk + seq));
     T* dS = Pm + Bk * Bk;
     T* D = dS + Bk * Bk;
-    detail::head_rowsums(D, dy + off, y + off, seq, C, dk);
+    detail::head_rowsums(D, dy + off, y + off, seq, C, dk, rounded);
     for (std::int64_t t = 0; t < seq; ++t) {
       std::fill_n(dq + off + t * C, dk, T(0));
       std::fill_n(dk_ + off + t * C, dk, T(0));
@@ -205,10 +218,15 @@ inline void attention_forward(float* y, float* lse, const bfloat16* q, const bfl
                               std::int64_t window = 0) {
   detail::attention_forward_heads(y, lse, q, k, v, B, seq, H, dk, scale, window >= seq ? 0 : window, true);
 }
-inline void attention_backward(float* dq, float* dk_, float* dv, const float* dy, const float* y, const float* lse,
-                               const bfloat16* q, const bfloat16* k, const bfloat16* v, std::int64_t B,
-                               std::int64_t seq, std::int64_t H, std::int64_t dk, float scale,
-                               std::int64_t window = 0) {
+// ... and with attention's output y kept in bf16 too, or alone (a bf16 run
+// keeps it so): D reads the stored y, as every model of a bf16 run does.
+template <class TY, class TQ>
+  requires(std::is_same_v<TY, bfloat16> || std::is_same_v<TQ, bfloat16>) &&
+          (std::is_same_v<TY, float> || std::is_same_v<TY, bfloat16>) &&
+          (std::is_same_v<TQ, float> || std::is_same_v<TQ, bfloat16>)
+void attention_backward(float* dq, float* dk_, float* dv, const float* dy, const TY* y, const float* lse, const TQ* q,
+                        const TQ* k, const TQ* v, std::int64_t B, std::int64_t seq, std::int64_t H, std::int64_t dk,
+                        float scale, std::int64_t window = 0) {
   detail::attention_backward_heads(dq, dk_, dv, dy, y, lse, q, k, v, B, seq, H, dk, scale, window >= seq ? 0 : window,
                                    true);
 }

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 
 #include "normlab/backend/cpu/ops.hpp"
@@ -125,10 +126,12 @@ struct cpu_backend {
                                 std::int64_t window = 0) {
     cpu::attention_forward(y, lse, q, k, v, B, seq, H, dk, scale, window);
   }
-  static void attention_backward(float* dq, float* dk_, float* dv, const float* dy, const float* y, const float* lse,
-                                 const bfloat16* q, const bfloat16* k, const bfloat16* v, std::int64_t B,
-                                 std::int64_t seq, std::int64_t H, std::int64_t dk, float scale,
-                                 std::int64_t window = 0) {
+  // ... and its output y kept in bf16 (q, k, v kept in bf16 or not).
+  template <class TY, class TQ>
+    requires(std::is_same_v<TY, bfloat16> || std::is_same_v<TQ, bfloat16>)
+  static void attention_backward(float* dq, float* dk_, float* dv, const float* dy, const TY* y, const float* lse,
+                                 const TQ* q, const TQ* k, const TQ* v, std::int64_t B, std::int64_t seq,
+                                 std::int64_t H, std::int64_t dk, float scale, std::int64_t window = 0) {
     cpu::attention_backward(dq, dk_, dv, dy, y, lse, q, k, v, B, seq, H, dk, scale, window);
   }
   // RMSNorm keeping its output in bf16 (a bf16 run's input norms: products alone read it).
