@@ -82,53 +82,25 @@ using avx512::detail::low_lanes;
 using avx512::detail::transpose16;
 
 // A's rows [i0, i0+m) × K-slab [k0, k0+kn) → rows of pairs, m padded to 32, the
-// pairs to kp16; op(A)(i,k) = kRowA ? A[i·lda + k] : A[k·lda + i].
-template <bool kRowA>
-NORMLAB_AMX_TARGET inline void pack_a(std::uint32_t* dst, const float* A, std::int64_t lda, std::int64_t i0,
+// pairs to kp16; op(A)(i,k) = kRowA ? A[i·lda + k] : A[k·lda + i]; A float32 or
+// kept in bf16 (TA: the same words, avx512::bf16::pair_words/run_pairs).
+template <bool kRowA, class TA>
+NORMLAB_AMX_TARGET inline void pack_a(std::uint32_t* dst, const TA* A, std::int64_t lda, std::int64_t i0,
                                       std::int64_t m, std::int64_t k0, std::int64_t kn, std::int64_t kp16) {
   const std::int64_t rows = round_up(m, kBlock);
   if constexpr (kRowA) {
     for (std::int64_t r = 0; r < rows; ++r) {
       std::uint32_t* d = dst + r * kp16;
-      const float* s = A + (i0 + r) * lda + k0;
-      for (std::int64_t k = 0; k < 2 * kp16; k += 32) {
-        __m512i w = _mm512_setzero_si512();
-        if (r < m && k < kn)
-          w = avx512::bf16::pairs_along(_mm512_maskz_loadu_ps(low_lanes(int(kn - k)), s + k),
-                                        _mm512_maskz_loadu_ps(low_lanes(int(kn - k - 16)), s + k + 16));
-        _mm512_storeu_si512(d + k / 2, w);
-      }
+      const TA* s = A + (i0 + r) * lda + k0;
+      for (std::int64_t k = 0; k < 2 * kp16; k += 32)
+        _mm512_storeu_si512(d + k / 2, r < m && k < kn ? avx512::bf16::run_pairs(s + k, kn - k) : _mm512_setzero_si512());
     }
   } else {
     // Stored along M: rows k and k+1 of 16 columns of A give one pair of each;
     // 16 pairs of 16 rows are a 16 × 16 block of words, transposed in registers.
     for (std::int64_t r = 0; r < rows; r += kTile) {
       const __mmask16 valid = low_lanes(int(m - r));
-      const float* s = A + k0 * lda + i0 + r;
-      for (std::int64_t p0 = 0; p0 < kp16; p0 += kTile) {
-        __m512 x[16];
-        for (int p = 0; p < 16; ++p) {
-          const std::int64_t k = 2 * (p0 + p);
-          const __m512 lo = k < kn ? _mm512_maskz_loadu_ps(valid, s + k * lda) : _mm512_setzero_ps();
-          const __m512 hi = k + 1 < kn ? _mm512_maskz_loadu_ps(valid, s + (k + 1) * lda) : _mm512_setzero_ps();
-          x[p] = _mm512_castsi512_ps(avx512::bf16::pairs_across(lo, hi));
-        }
-        transpose16(x);
-        for (int i = 0; i < 16; ++i) _mm512_storeu_ps(reinterpret_cast<float*>(dst + (r + i) * kp16 + p0), x[i]);
-      }
-    }
-  }
-}
-// The same rows from A stored in bf16: row-major, a row's values already are
-// its pairs; stored along M, rows k and k+1 give pair words, transposed as above.
-template <bool kRowA>
-NORMLAB_AMX_TARGET inline void pack_a(std::uint32_t* dst, const bfloat16* A, std::int64_t lda, std::int64_t i0,
-                                      std::int64_t m, std::int64_t k0, std::int64_t kn, std::int64_t kp16) {
-  const std::int64_t rows = round_up(m, kBlock);
-  if constexpr (!kRowA) {
-    for (std::int64_t r = 0; r < rows; r += kTile) {
-      const __mmask16 valid = low_lanes(int(m - r));
-      const bfloat16* s = A + k0 * lda + i0 + r;
+      const TA* s = A + k0 * lda + i0 + r;
       for (std::int64_t p0 = 0; p0 < kp16; p0 += kTile) {
         __m512 x[16];
         for (int p = 0; p < 16; ++p) {
@@ -141,23 +113,14 @@ NORMLAB_AMX_TARGET inline void pack_a(std::uint32_t* dst, const bfloat16* A, std
         for (int i = 0; i < 16; ++i) _mm512_storeu_ps(reinterpret_cast<float*>(dst + (r + i) * kp16 + p0), x[i]);
       }
     }
-    return;
-  }
-  for (std::int64_t r = 0; r < rows; ++r) {
-    std::uint32_t* d = dst + r * kp16;
-    const bfloat16* s = A + (i0 + r) * lda + k0;
-    for (std::int64_t k = 0; k < 2 * kp16; k += 32) {
-      const __m512i w = r < m && k < kn ? _mm512_maskz_loadu_epi16(avx512::bf16::bf16_lanes(int(kn - k)), s + k)
-                                        : _mm512_setzero_si512();
-      _mm512_storeu_si512(d + k / 2, w);
-    }
   }
 }
 
 // B's K-slab × columns [j0, j0+n) → 16-column tiles of kp16 pairs (tile t at
-// dst + t·kp16·16), n padded to 32; op(B)(k,j) = kRowB ? B[k·ldb + j] : B[j·ldb + k].
-template <bool kRowB>
-NORMLAB_AMX_TARGET inline void pack_b(std::uint32_t* dst, const float* B, std::int64_t ldb, std::int64_t k0,
+// dst + t·kp16·16), n padded to 32; op(B)(k,j) = kRowB ? B[k·ldb + j] : B[j·ldb + k];
+// B float32 or kept in bf16 (TB).
+template <bool kRowB, class TB>
+NORMLAB_AMX_TARGET inline void pack_b(std::uint32_t* dst, const TB* B, std::int64_t ldb, std::int64_t k0,
                                       std::int64_t kn, std::int64_t j0, std::int64_t n, std::int64_t kp16) {
   const std::int64_t cols = round_up(n, kBlock);
   for (std::int64_t t = 0; t < cols; t += kTile) {
@@ -166,44 +129,23 @@ NORMLAB_AMX_TARGET inline void pack_b(std::uint32_t* dst, const float* B, std::i
     if constexpr (kRowB) {
       for (std::int64_t p = 0; p < kp16; ++p) {
         const std::int64_t k = 2 * p;
-        const float* s = B + (k0 + k) * ldb + j0 + t;
-        const __m512 lo = k < kn ? _mm512_maskz_loadu_ps(valid, s) : _mm512_setzero_ps();
-        const __m512 hi = k + 1 < kn ? _mm512_maskz_loadu_ps(valid, s + ldb) : _mm512_setzero_ps();
-        _mm512_store_si512(d + p * kTile, avx512::bf16::pairs_across(lo, hi));
+        const TB* s = B + (k0 + k) * ldb + j0 + t;
+        _mm512_store_si512(d + p * kTile, k < kn ? avx512::bf16::pair_words(s, k + 1 < kn ? s + ldb : nullptr, valid)
+                                                 : _mm512_setzero_si512());
       }
     } else {
       // Stored along K: a column's 32 values are its 16 pairs; 16 columns' pairs
       // are a 16 × 16 block of words, transposed in registers.
       for (std::int64_t p0 = 0; p0 < kp16; p0 += kTile) {
         const std::int64_t k = 2 * p0;
-        const __mmask16 lo = low_lanes(int(kn - k)), hi = low_lanes(int(kn - k - 16));
         __m512 x[16];
         for (int j = 0; j < 16; ++j) {
-          const float* col = B + (j0 + t + j) * ldb + k0 + k;
-          x[j] = t + j < n && k < kn ? _mm512_castsi512_ps(avx512::bf16::pairs_along(_mm512_maskz_loadu_ps(lo, col),
-                                                                                      _mm512_maskz_loadu_ps(hi, col + 16)))
-                                     : _mm512_setzero_ps();
+          const TB* col = B + (j0 + t + j) * ldb + k0 + k;
+          x[j] = t + j < n && k < kn ? _mm512_castsi512_ps(avx512::bf16::run_pairs(col, kn - k)) : _mm512_setzero_ps();
         }
         transpose16(x);
         for (int p = 0; p < 16; ++p) _mm512_store_ps(reinterpret_cast<float*>(d + (p0 + p) * kTile), x[p]);
       }
-    }
-  }
-}
-// The same tiles from B stored in bf16, row-major: rows k and k+1's halfwords as pair words.
-template <bool kRowB>
-  requires kRowB
-NORMLAB_AMX_TARGET inline void pack_b(std::uint32_t* dst, const bfloat16* B, std::int64_t ldb, std::int64_t k0,
-                                      std::int64_t kn, std::int64_t j0, std::int64_t n, std::int64_t kp16) {
-  const std::int64_t cols = round_up(n, kBlock);
-  for (std::int64_t t = 0; t < cols; t += kTile) {
-    std::uint32_t* d = dst + t * kp16;
-    const __mmask16 valid = low_lanes(int(n - t));
-    for (std::int64_t p = 0; p < kp16; ++p) {
-      const std::int64_t k = 2 * p;
-      const bfloat16* s = B + (k0 + k) * ldb + j0 + t;
-      _mm512_store_si512(d + p * kTile, k < kn ? avx512::bf16::pair_words(s, k + 1 < kn ? s + ldb : nullptr, valid)
-                                               : _mm512_setzero_si512());
     }
   }
 }

@@ -154,28 +154,48 @@ NORMLAB_BF16_TARGET inline void micro_kernel(std::int64_t kp, const std::uint32_
   }
 }
 
+// Pair words from either kind of source: a float32 operand, rounded here, or
+// one kept in bf16 (rounded by round_to_bf16 with the same instruction), so a
+// panel holds the same bits either way and each packing is one loop.
+//   pair_words(lo, hi, valid): rows k and k+1 of 16 columns (masked; hi null
+//     past the slab) as 16 words, k's halfword low, k+1's high;
+//   run_pairs(s, left): 32 consecutive values along K (zero from `left` on) as
+//     their 16 pair words.
+NORMLAB_BF16_TARGET inline __m512i pair_words(const float* lo, const float* hi, __mmask16 valid) {
+  return pairs_across(_mm512_maskz_loadu_ps(valid, lo), hi ? _mm512_maskz_loadu_ps(valid, hi) : _mm512_setzero_ps());
+}
+NORMLAB_BF16_TARGET inline __m512i pair_words(const bfloat16* lo, const bfloat16* hi, __mmask16 valid) {
+  const __m512i l = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(valid, lo));
+  const __m512i h = hi ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(valid, hi)) : _mm512_setzero_si512();
+  return _mm512_or_si512(l, _mm512_slli_epi32(h, 16));
+}
+NORMLAB_BF16_TARGET inline __m512i run_pairs(const float* s, std::int64_t left) {
+  return pairs_along(_mm512_maskz_loadu_ps(detail::low_lanes(int(std::min<std::int64_t>(left, 32))), s),
+                     _mm512_maskz_loadu_ps(detail::low_lanes(int(std::min<std::int64_t>(left, 32)) - 16), s + 16));
+}
+NORMLAB_BF16_TARGET inline __m512i run_pairs(const bfloat16* s, std::int64_t left) {
+  return _mm512_maskz_loadu_epi16(bf16_lanes(int(std::min<std::int64_t>(left, 32))), s);
+}
+
 // A's rows [i0, i0+m) × K-slab [k0, k0+kn) → panels of MR rows of bf16 pairs,
 // pair-major (panel of row p at dst + p·kp, kp = ⌈kn/2⌉), zero past m and kn.
-// A(i,k) = kRowA ? A[i·lda + k] : A[k·lda + i].
-template <bool kRowA, int MR = kMR>
-NORMLAB_BF16_TARGET inline void pack_a(std::uint32_t* dst, const float* A, std::int64_t lda, std::int64_t i0,
+// A(i,k) = kRowA ? A[i·lda + k] : A[k·lda + i]; A float32 or kept in bf16 (TA).
+template <bool kRowA, int MR = kMR, class TA>
+NORMLAB_BF16_TARGET inline void pack_a(std::uint32_t* dst, const TA* A, std::int64_t lda, std::int64_t i0,
                                        std::int64_t m, std::int64_t k0, std::int64_t kn) {
   const std::int64_t kp = (kn + 1) / 2;
   const __mmask16 panel = detail::low_lanes(MR);
   if constexpr (kRowA) {
-    // Stored along K: 32 floats of a row are 16 pairs; 16 rows' pairs are a
+    // Stored along K: 32 values of a row are 16 pairs; 16 rows' pairs are a
     // 16 × 16 block of words, transposed in registers.
     for (std::int64_t p = 0; p < m; p += MR) {
       const int mv = int(std::min<std::int64_t>(MR, m - p));
-      const float* s = A + (i0 + p) * lda + k0;
+      const TA* s = A + (i0 + p) * lda + k0;
       std::uint32_t* d = dst + p * kp;
       for (std::int64_t k = 0; k < kn; k += 32) {
-        const __mmask16 lo = detail::low_lanes(int(kn - k)), hi = detail::low_lanes(int(kn - k - 16));
         __m512 r[16];
         for (int i = 0; i < 16; ++i)
-          r[i] = i < mv ? _mm512_castsi512_ps(pairs_along(_mm512_maskz_loadu_ps(lo, s + i * lda + k),
-                                                          _mm512_maskz_loadu_ps(hi, s + i * lda + k + 16)))
-                        : _mm512_setzero_ps();
+          r[i] = i < mv ? _mm512_castsi512_ps(run_pairs(s + i * lda + k, kn - k)) : _mm512_setzero_ps();
         detail::transpose16(r);
         const int pairs = int(std::min<std::int64_t>(16, kp - k / 2));
         for (int j = 0; j < pairs; ++j)
@@ -191,154 +211,54 @@ NORMLAB_BF16_TARGET inline void pack_a(std::uint32_t* dst, const float* A, std::
       const std::int64_t qe = std::min(kp, qb + kPairs);
       for (std::int64_t p = 0; p < m; p += MR) {
         const __mmask16 rows = detail::low_lanes(int(std::min<std::int64_t>(MR, m - p)));
-        const float* s = A + k0 * lda + i0 + p;
-        std::uint32_t* d = dst + p * kp;
-        for (std::int64_t q = qb; q < qe; ++q) {
-          const __m512 lo = _mm512_maskz_loadu_ps(rows, s + 2 * q * lda);
-          const __m512 hi = 2 * q + 1 < kn ? _mm512_maskz_loadu_ps(rows, s + (2 * q + 1) * lda) : _mm512_setzero_ps();
-          _mm512_mask_storeu_epi32(d + q * MR, panel, pairs_across(lo, hi));
-        }
-      }
-    }
-  }
-}
-
-// Rows k and k+1 of 16 bf16 columns (masked; hi absent past the slab) as the
-// 16 pair words packing gives: k's halfword low, k+1's high.
-NORMLAB_BF16_TARGET inline __m512i pair_words(const bfloat16* lo, const bfloat16* hi, __mmask16 valid) {
-  const __m512i l = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(valid, lo));
-  const __m512i h = hi ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(valid, hi)) : _mm512_setzero_si512();
-  return _mm512_or_si512(l, _mm512_slli_epi32(h, 16));
-}
-
-// The same panels from A stored in bf16 (an activation kept in bf16), holding
-// the bits that packing the float32 values they were rounded from gives (the
-// same rounding instruction, round_to_bf16 below). Row-major, a row's 32
-// values along K already are its 16 pairs, so the words go into the transpose
-// as they are; stored along M, rows k and k+1 interleave into pair words.
-template <bool kRowA, int MR = kMR>
-NORMLAB_BF16_TARGET inline void pack_a(std::uint32_t* dst, const bfloat16* A, std::int64_t lda, std::int64_t i0,
-                                       std::int64_t m, std::int64_t k0, std::int64_t kn) {
-  const std::int64_t kp = (kn + 1) / 2;
-  const __mmask16 panel = detail::low_lanes(MR);
-  if constexpr (!kRowA) {
-    constexpr std::int64_t kPairs = 8;
-    for (std::int64_t qb = 0; qb < kp; qb += kPairs) {
-      const std::int64_t qe = std::min(kp, qb + kPairs);
-      for (std::int64_t p = 0; p < m; p += MR) {
-        const __mmask16 rows = detail::low_lanes(int(std::min<std::int64_t>(MR, m - p)));
-        const bfloat16* s = A + k0 * lda + i0 + p;
+        const TA* s = A + k0 * lda + i0 + p;
         std::uint32_t* d = dst + p * kp;
         for (std::int64_t q = qb; q < qe; ++q)
           _mm512_mask_storeu_epi32(d + q * MR, panel,
                                    pair_words(s + 2 * q * lda, 2 * q + 1 < kn ? s + (2 * q + 1) * lda : nullptr, rows));
       }
     }
-    return;
-  }
-  for (std::int64_t p = 0; p < m; p += MR) {
-    const int mv = int(std::min<std::int64_t>(MR, m - p));
-    const bfloat16* s = A + (i0 + p) * lda + k0;
-    std::uint32_t* d = dst + p * kp;
-    for (std::int64_t k = 0; k < kn; k += 32) {
-      const __mmask32 valid = bf16_lanes(int(kn - k));  // zero past the slab, as pack_a's float loads are
-      __m512 r[16];
-      for (int i = 0; i < 16; ++i)
-        r[i] = i < mv ? _mm512_castsi512_ps(_mm512_maskz_loadu_epi16(valid, s + i * lda + k)) : _mm512_setzero_ps();
-      detail::transpose16(r);
-      const int pairs = int(std::min<std::int64_t>(16, kp - k / 2));
-      for (int j = 0; j < pairs; ++j)
-        _mm512_mask_storeu_epi32(d + (k / 2 + j) * MR, panel, _mm512_castps_si512(r[j]));
-    }
   }
 }
 
 // B's K-slab [k0, k0+kn) × columns [j0, j0+n) → panels of 32 columns of bf16
 // pairs, pair-major (panel of column q at dst + q·kp), zero past n and kn.
-// B(k,j) = kRowB ? B[k·ldb + j] : B[j·ldb + k].
-template <bool kRowB>
-NORMLAB_BF16_TARGET inline void pack_b(std::uint32_t* dst, const float* B, std::int64_t ldb, std::int64_t k0,
+// B(k,j) = kRowB ? B[k·ldb + j] : B[j·ldb + k]; B float32 or kept in bf16 (TB).
+template <bool kRowB, class TB>
+NORMLAB_BF16_TARGET inline void pack_b(std::uint32_t* dst, const TB* B, std::int64_t ldb, std::int64_t k0,
                                        std::int64_t kn, std::int64_t j0, std::int64_t n) {
   const std::int64_t kp = (kn + 1) / 2;
   if constexpr (kRowB) {
     // Stored along N: rows k and k+1 read once, contiguously, into every panel.
     for (std::int64_t q = 0; q < kp; ++q) {
-      const float* s0 = B + (k0 + 2 * q) * ldb + j0;
-      const bool second = 2 * q + 1 < kn;
-      const float* s1 = second ? s0 + ldb : s0;  // row k+1, or (unread) row k when K ends at k
+      const TB* s0 = B + (k0 + 2 * q) * ldb + j0;
+      const TB* s1 = 2 * q + 1 < kn ? s0 + ldb : nullptr;
       for (std::int64_t c = 0; c < n; c += kNR) {
         const int nv = int(std::min<std::int64_t>(kNR, n - c));
         std::uint32_t* d = dst + c * kp + q * kNR;
-        for (int h = 0; h < 2; ++h) {
-          const __mmask16 cols = detail::low_lanes(nv - 16 * h);
-          const __m512 lo = _mm512_maskz_loadu_ps(cols, s0 + c + 16 * h);
-          const __m512 hi = second ? _mm512_maskz_loadu_ps(cols, s1 + c + 16 * h) : _mm512_setzero_ps();
-          _mm512_store_si512(d + 16 * h, pairs_across(lo, hi));
-        }
+        for (int h = 0; h < 2; ++h)
+          _mm512_store_si512(d + 16 * h, pair_words(s0 + c + 16 * h, s1 ? s1 + c + 16 * h : nullptr,
+                                                    detail::low_lanes(nv - 16 * h)));
       }
     }
   } else {
-    // Stored along K: a column's 32 floats are 16 pairs; 16 columns' pairs are
+    // Stored along K: a column's 32 values are 16 pairs; 16 columns' pairs are
     // a 16 × 16 block of words, transposed in registers.
     for (std::int64_t c = 0; c < n; c += kNR) {
       const int nv = int(std::min<std::int64_t>(kNR, n - c));
-      const float* s = B + (j0 + c) * ldb + k0;
+      const TB* s = B + (j0 + c) * ldb + k0;
       std::uint32_t* d = dst + c * kp;
       for (int h = 0; h < 2; ++h) {
         for (std::int64_t k = 0; k < kn; k += 32) {
-          const __mmask16 lo = detail::low_lanes(int(kn - k)), hi = detail::low_lanes(int(kn - k - 16));
-          __m512 r[16];
-          for (int i = 0; i < 16; ++i) {
-            const float* col = s + (16 * h + i) * ldb + k;
-            r[i] = 16 * h + i < nv ? _mm512_castsi512_ps(pairs_along(_mm512_maskz_loadu_ps(lo, col),
-                                                                     _mm512_maskz_loadu_ps(hi, col + 16)))
-                                   : _mm512_setzero_ps();
-          }
-          detail::transpose16(r);
-          const int pairs = int(std::min<std::int64_t>(16, kp - k / 2));
-          for (int j = 0; j < pairs; ++j) _mm512_store_si512(d + (k / 2 + j) * kNR + 16 * h, _mm512_castps_si512(r[j]));
-        }
-      }
-    }
-  }
-}
-
-// The same panels from B stored in bf16: row-major, rows k and k+1's halfwords
-// of 16 columns as pair words; stored along K, a column's 32 values already are
-// its 16 pairs, transposed as above.
-template <bool kRowB>
-NORMLAB_BF16_TARGET inline void pack_b(std::uint32_t* dst, const bfloat16* B, std::int64_t ldb, std::int64_t k0,
-                                       std::int64_t kn, std::int64_t j0, std::int64_t n) {
-  const std::int64_t kp = (kn + 1) / 2;
-  if constexpr (!kRowB) {
-    for (std::int64_t c = 0; c < n; c += kNR) {
-      const int nv = int(std::min<std::int64_t>(kNR, n - c));
-      const bfloat16* s = B + (j0 + c) * ldb + k0;
-      std::uint32_t* d = dst + c * kp;
-      for (int h = 0; h < 2; ++h) {
-        for (std::int64_t k = 0; k < kn; k += 32) {
-          const __mmask32 valid = bf16_lanes(int(kn - k));
           __m512 r[16];
           for (int i = 0; i < 16; ++i)
-            r[i] = 16 * h + i < nv ? _mm512_castsi512_ps(_mm512_maskz_loadu_epi16(valid, s + (16 * h + i) * ldb + k))
+            r[i] = 16 * h + i < nv ? _mm512_castsi512_ps(run_pairs(s + (16 * h + i) * ldb + k, kn - k))
                                    : _mm512_setzero_ps();
           detail::transpose16(r);
           const int pairs = int(std::min<std::int64_t>(16, kp - k / 2));
           for (int j = 0; j < pairs; ++j) _mm512_store_si512(d + (k / 2 + j) * kNR + 16 * h, _mm512_castps_si512(r[j]));
         }
       }
-    }
-    return;
-  }
-  for (std::int64_t q = 0; q < kp; ++q) {
-    const bfloat16* s0 = B + (k0 + 2 * q) * ldb + j0;
-    const bfloat16* s1 = 2 * q + 1 < kn ? s0 + ldb : nullptr;
-    for (std::int64_t c = 0; c < n; c += kNR) {
-      const int nv = int(std::min<std::int64_t>(kNR, n - c));
-      std::uint32_t* d = dst + c * kp + q * kNR;
-      for (int h = 0; h < 2; ++h)
-        _mm512_store_si512(d + 16 * h, pair_words(s0 + c + 16 * h, s1 ? s1 + c + 16 * h : nullptr,
-                                                  detail::low_lanes(nv - 16 * h)));
     }
   }
 }
