@@ -99,25 +99,22 @@ struct cpu_backend {
   // float32 buffer (a model built before bf16 was set), or, float64, by the oracle.
   static void round_to_bf16_in_place(float* x, std::int64_t n) { cpu::round_to_bf16_in_place(x, n); }
   static void round_to_bf16_in_place(double* x, std::int64_t n) { cpu::round_to_bf16_in_place(x, n); }
-  static void swiglu_backward(float* duv, const float* dact, const bfloat16* uv, std::int64_t N, std::int64_t F) {
+  // The activations' backward reading uv so, writing the gradient at uv in
+  // float32 or, where products alone read it (d_uv), in bf16: D.
+  template <class D>
+    requires(std::is_same_v<D, float> || std::is_same_v<D, bfloat16>)
+  static void swiglu_backward(D* duv, const float* dact, const bfloat16* uv, std::int64_t N, std::int64_t F) {
     cpu::swiglu_backward(duv, dact, uv, N, F);
   }
-  static void scaled_swiglu_backward(float* duv, float* ds, const float* dact, const bfloat16* uv, const float* s,
+  template <class D>
+    requires(std::is_same_v<D, float> || std::is_same_v<D, bfloat16>)
+  static void scaled_swiglu_backward(D* duv, float* ds, const float* dact, const bfloat16* uv, const float* s,
                                      std::int64_t N, std::int64_t F, float c) {
     cpu::scaled_swiglu_backward(duv, ds, dact, uv, s, N, F, c);
   }
-  static void pointwise_backward(Pointwise fn, float* du, const float* dact, const bfloat16* u, std::int64_t n) {
-    cpu::pointwise_backward(fn, du, dact, u, n);
-  }
-  // ... writing the gradient at uv in bf16 too (products alone read it).
-  static void swiglu_backward(bfloat16* duv, const float* dact, const bfloat16* uv, std::int64_t N, std::int64_t F) {
-    cpu::swiglu_backward(duv, dact, uv, N, F);
-  }
-  static void scaled_swiglu_backward(bfloat16* duv, float* ds, const float* dact, const bfloat16* uv, const float* s,
-                                     std::int64_t N, std::int64_t F, float c) {
-    cpu::scaled_swiglu_backward(duv, ds, dact, uv, s, N, F, c);
-  }
-  static void pointwise_backward(Pointwise fn, bfloat16* du, const float* dact, const bfloat16* u, std::int64_t n) {
+  template <class D>
+    requires(std::is_same_v<D, float> || std::is_same_v<D, bfloat16>)
+  static void pointwise_backward(Pointwise fn, D* du, const float* dact, const bfloat16* u, std::int64_t n) {
     cpu::pointwise_backward(fn, du, dact, u, n);
   }
   // Attention reading q, k, v kept in bf16 (products alone read them there).
