@@ -511,91 +511,94 @@ TEST_CASE("bf16: attention's products against float64 attention with bf16 operan
     std::int64_t seq, dk, window;
   };
   const Case cases[] = {{1, 5, 0}, {7, 33, 0}, {77, 64, 0}, {130, 64, 0}, {130, 33, 9}, {77, 5, 9}};
-  std::mt19937_64 rng(17);
-  std::normal_distribution<double> g(0.0, 1.0);
-  for (const Case& c : cases) {
-    const std::int64_t B = 1, H = 2, C = H * c.dk, n = B * c.seq * C;
-    const double scale = 1.0 / std::sqrt(double(c.dk));
-    std::vector<double> q(static_cast<std::size_t>(n)), k(q.size()), v(q.size()), dy(q.size());
-    for (auto* x : {&q, &k, &v, &dy})
-      for (double& e : *x) e = double(float(g(rng)));
-    auto to_float = [](const std::vector<double>& x) { return std::vector<float>(x.begin(), x.end()); };
-    const std::vector<float> qf = to_float(q), kf = to_float(k), vf = to_float(v), dyf = to_float(dy);
-    // The oracle: float64 attention, every product's operands rounded to bf16.
-    std::vector<double> y(q.size()), lse(std::size_t(B * H * c.seq)), dq(q.size()), dk(q.size()), dv(q.size());
-    // float32 attention on the bf16 engine (f16) and on the float32 one (f32).
-    std::vector<float> y16(q.size()), l16(lse.size()), dq16(q.size()), dk16(q.size()), dv16(q.size());
-    std::vector<float> y32(q.size()), l32(lse.size()), dq32(q.size()), dk32(q.size()), dv32(q.size());
-    {
-      PrecisionScope bf16(Precision::bf16);
-      cpu::attention_forward(y.data(), lse.data(), q.data(), k.data(), v.data(), B, c.seq, H, c.dk, scale, c.window);
-      cpu::attention_forward(y16.data(), l16.data(), qf.data(), kf.data(), vf.data(), B, c.seq, H, c.dk,
-                             float(scale), c.window);
-      // The oracle's backward reads the engine's y: under bf16 D = rowsum(dY ⊙ Y)
-      // reads Y rounded to bf16 (as a bf16 run keeps it), and a y computed in
-      // float32 and in float64 may round to neighbouring bf16 values, which would
-      // move a whole row of dS: the forward's difference, checked on y itself.
-      const std::vector<double> y_engine(y16.begin(), y16.end());
-      cpu::attention_backward(dq.data(), dk.data(), dv.data(), dy.data(), y_engine.data(), lse.data(), q.data(),
-                              k.data(), v.data(), B, c.seq, H, c.dk, scale, c.window);
-      cpu::attention_backward(dq16.data(), dk16.data(), dv16.data(), dyf.data(), y16.data(), l16.data(), qf.data(),
+  for_each_bf16_engine([&](const char* engine) {
+    std::mt19937_64 rng(17);
+    std::normal_distribution<double> g(0.0, 1.0);
+    for (const Case& c : cases) {
+      INFO(engine);
+      const std::int64_t B = 1, H = 2, C = H * c.dk, n = B * c.seq * C;
+      const double scale = 1.0 / std::sqrt(double(c.dk));
+      std::vector<double> q(static_cast<std::size_t>(n)), k(q.size()), v(q.size()), dy(q.size());
+      for (auto* x : {&q, &k, &v, &dy})
+        for (double& e : *x) e = double(float(g(rng)));
+      auto to_float = [](const std::vector<double>& x) { return std::vector<float>(x.begin(), x.end()); };
+      const std::vector<float> qf = to_float(q), kf = to_float(k), vf = to_float(v), dyf = to_float(dy);
+      // The oracle: float64 attention, every product's operands rounded to bf16.
+      std::vector<double> y(q.size()), lse(std::size_t(B * H * c.seq)), dq(q.size()), dk(q.size()), dv(q.size());
+      // float32 attention on the bf16 engine (f16) and on the float32 one (f32).
+      std::vector<float> y16(q.size()), l16(lse.size()), dq16(q.size()), dk16(q.size()), dv16(q.size());
+      std::vector<float> y32(q.size()), l32(lse.size()), dq32(q.size()), dk32(q.size()), dv32(q.size());
+      {
+        PrecisionScope bf16(Precision::bf16);
+        cpu::attention_forward(y.data(), lse.data(), q.data(), k.data(), v.data(), B, c.seq, H, c.dk, scale, c.window);
+        cpu::attention_forward(y16.data(), l16.data(), qf.data(), kf.data(), vf.data(), B, c.seq, H, c.dk,
+                               float(scale), c.window);
+        // The oracle's backward reads the engine's y: under bf16 D = rowsum(dY ⊙ Y)
+        // reads Y rounded to bf16 (as a bf16 run keeps it), and a y computed in
+        // float32 and in float64 may round to neighbouring bf16 values, which would
+        // move a whole row of dS: the forward's difference, checked on y itself.
+        const std::vector<double> y_engine(y16.begin(), y16.end());
+        cpu::attention_backward(dq.data(), dk.data(), dv.data(), dy.data(), y_engine.data(), lse.data(), q.data(),
+                                k.data(), v.data(), B, c.seq, H, c.dk, scale, c.window);
+        cpu::attention_backward(dq16.data(), dk16.data(), dv16.data(), dyf.data(), y16.data(), l16.data(), qf.data(),
+                                kf.data(), vf.data(), B, c.seq, H, c.dk, float(scale), c.window);
+  #if defined(NORMLAB_HAVE_BF16GEMM_AVX512)
+        // q, k, v kept in bf16 (rounded as packing rounds them): the same bits.
+        std::vector<normlab::bfloat16> qh(q.size()), kh(q.size()), vh(q.size());
+        cpu::round_to_bf16(qh.data(), qf.data(), n);
+        cpu::round_to_bf16(kh.data(), kf.data(), n);
+        cpu::round_to_bf16(vh.data(), vf.data(), n);
+        const auto *q16 = static_cast<const normlab::bfloat16*>(qh.data()), *k16 = static_cast<const normlab::bfloat16*>(kh.data()),
+                   *v16 = static_cast<const normlab::bfloat16*>(vh.data());
+        std::vector<float> yh(q.size()), lh(lse.size()), dqh(q.size()), dkh(q.size()), dvh(q.size());
+        cpu::attention_forward(yh.data(), lh.data(), q16, k16, v16, B, c.seq, H, c.dk, float(scale), c.window);
+        cpu::attention_backward(dqh.data(), dkh.data(), dvh.data(), dyf.data(), yh.data(), lh.data(), q16, k16, v16, B,
+                                c.seq, H, c.dk, float(scale), c.window);
+        INFO("T " << c.seq << " dk " << c.dk << " window " << c.window << ": q, k, v stored in bf16");
+        CHECK(yh == y16);
+        CHECK(lh == l16);
+        CHECK(dqh == dq16);
+        CHECK(dkh == dk16);
+        CHECK(dvh == dv16);
+        // y kept in bf16 too, and alone: D reads it as the float32 y under bf16 is read.
+        std::vector<normlab::bfloat16> yk(q.size());
+        cpu::round_to_bf16(yk.data(), y16.data(), n);
+        const normlab::bfloat16* y_kept = yk.data();
+        cpu::attention_backward(dqh.data(), dkh.data(), dvh.data(), dyf.data(), y_kept, lh.data(), q16, k16, v16, B,
+                                c.seq, H, c.dk, float(scale), c.window);
+        CHECK(dqh == dq16);
+        CHECK(dkh == dk16);
+        CHECK(dvh == dv16);
+        cpu::attention_backward(dqh.data(), dkh.data(), dvh.data(), dyf.data(), y_kept, lh.data(), qf.data(), kf.data(),
+                                vf.data(), B, c.seq, H, c.dk, float(scale), c.window);
+        CHECK(dqh == dq16);
+        CHECK(dkh == dk16);
+        CHECK(dvh == dv16);
+  #endif
+      }
+      cpu::attention_forward(y32.data(), l32.data(), qf.data(), kf.data(), vf.data(), B, c.seq, H, c.dk, float(scale),
+                             c.window);
+      cpu::attention_backward(dq32.data(), dk32.data(), dv32.data(), dyf.data(), y32.data(), l32.data(), qf.data(),
                               kf.data(), vf.data(), B, c.seq, H, c.dk, float(scale), c.window);
-#if defined(NORMLAB_HAVE_BF16GEMM_AVX512)
-      // q, k, v kept in bf16 (rounded as packing rounds them): the same bits.
-      std::vector<normlab::bfloat16> qh(q.size()), kh(q.size()), vh(q.size());
-      cpu::round_to_bf16(qh.data(), qf.data(), n);
-      cpu::round_to_bf16(kh.data(), kf.data(), n);
-      cpu::round_to_bf16(vh.data(), vf.data(), n);
-      const auto *q16 = static_cast<const normlab::bfloat16*>(qh.data()), *k16 = static_cast<const normlab::bfloat16*>(kh.data()),
-                 *v16 = static_cast<const normlab::bfloat16*>(vh.data());
-      std::vector<float> yh(q.size()), lh(lse.size()), dqh(q.size()), dkh(q.size()), dvh(q.size());
-      cpu::attention_forward(yh.data(), lh.data(), q16, k16, v16, B, c.seq, H, c.dk, float(scale), c.window);
-      cpu::attention_backward(dqh.data(), dkh.data(), dvh.data(), dyf.data(), yh.data(), lh.data(), q16, k16, v16, B,
-                              c.seq, H, c.dk, float(scale), c.window);
-      INFO("T " << c.seq << " dk " << c.dk << " window " << c.window << ": q, k, v stored in bf16");
-      CHECK(yh == y16);
-      CHECK(lh == l16);
-      CHECK(dqh == dq16);
-      CHECK(dkh == dk16);
-      CHECK(dvh == dv16);
-      // y kept in bf16 too, and alone: D reads it as the float32 y under bf16 is read.
-      std::vector<normlab::bfloat16> yk(q.size());
-      cpu::round_to_bf16(yk.data(), y16.data(), n);
-      const normlab::bfloat16* y_kept = yk.data();
-      cpu::attention_backward(dqh.data(), dkh.data(), dvh.data(), dyf.data(), y_kept, lh.data(), q16, k16, v16, B,
-                              c.seq, H, c.dk, float(scale), c.window);
-      CHECK(dqh == dq16);
-      CHECK(dkh == dk16);
-      CHECK(dvh == dv16);
-      cpu::attention_backward(dqh.data(), dkh.data(), dvh.data(), dyf.data(), y_kept, lh.data(), qf.data(), kf.data(),
-                              vf.data(), B, c.seq, H, c.dk, float(scale), c.window);
-      CHECK(dqh == dq16);
-      CHECK(dkh == dk16);
-      CHECK(dvh == dv16);
-#endif
+      // Against the oracle only float32's arithmetic differs, plus P and dS values
+      // (computed in float32 here, float64 there) that straddle a bf16 rounding
+      // boundary: ~2^-16 of them, one bf16 step each. 1e-4 normwise, twice the
+      // float32 path's bar against float64 (test_precision: 5e-5). The float32
+      // engine must miss it: bf16's rounding (u = 2^-8) moves these by ~1e-3.
+      const double bar = 1e-4;
+      const std::pair<const char*, std::pair<const std::vector<float>*, const std::vector<float>*>> outs[] = {
+          {"y", {&y16, &y32}}, {"dq", {&dq16, &dq32}}, {"dk", {&dk16, &dk32}}, {"dv", {&dv16, &dv32}}};
+      const std::vector<double>* refs[] = {&y, &dq, &dk, &dv};
+      for (int o = 0; o < 4; ++o) {
+        const double e16 = rel_err(outs[o].second.first->data(), refs[o]->data(), refs[o]->size());
+        const double e32 = rel_err(outs[o].second.second->data(), refs[o]->data(), refs[o]->size());
+        INFO("T " << c.seq << " dk " << c.dk << " window " << c.window << ": " << outs[o].first << " bf16 engine "
+                  << e16 << ", float32 engine " << e32 << " from the bf16 oracle");
+        CHECK(e16 <= bar);
+        if (c.seq > 1) CHECK(e32 > bar);  // one token: y = v exactly, in any precision
+      }
     }
-    cpu::attention_forward(y32.data(), l32.data(), qf.data(), kf.data(), vf.data(), B, c.seq, H, c.dk, float(scale),
-                           c.window);
-    cpu::attention_backward(dq32.data(), dk32.data(), dv32.data(), dyf.data(), y32.data(), l32.data(), qf.data(),
-                            kf.data(), vf.data(), B, c.seq, H, c.dk, float(scale), c.window);
-    // Against the oracle only float32's arithmetic differs, plus P and dS values
-    // (computed in float32 here, float64 there) that straddle a bf16 rounding
-    // boundary: ~2^-16 of them, one bf16 step each. 1e-4 normwise, twice the
-    // float32 path's bar against float64 (test_precision: 5e-5). The float32
-    // engine must miss it: bf16's rounding (u = 2^-8) moves these by ~1e-3.
-    const double bar = 1e-4;
-    const std::pair<const char*, std::pair<const std::vector<float>*, const std::vector<float>*>> outs[] = {
-        {"y", {&y16, &y32}}, {"dq", {&dq16, &dq32}}, {"dk", {&dk16, &dk32}}, {"dv", {&dv16, &dv32}}};
-    const std::vector<double>* refs[] = {&y, &dq, &dk, &dv};
-    for (int o = 0; o < 4; ++o) {
-      const double e16 = rel_err(outs[o].second.first->data(), refs[o]->data(), refs[o]->size());
-      const double e32 = rel_err(outs[o].second.second->data(), refs[o]->data(), refs[o]->size());
-      INFO("T " << c.seq << " dk " << c.dk << " window " << c.window << ": " << outs[o].first << " bf16 engine "
-                << e16 << ", float32 engine " << e32 << " from the bf16 oracle");
-      CHECK(e16 <= bar);
-      if (c.seq > 1) CHECK(e32 > bar);  // one token: y = v exactly, in any precision
-    }
-  }
+  });
 }
 
 // ---------------------------------------------------------------- the model

@@ -8,6 +8,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "normlab/backend/cpu/attention_amx.hpp"
 #include "normlab/backend/cpu/attention_avx512.hpp"
 #include "normlab/backend/cpu/attention_window.hpp"
 #include "normlab/backend/cpu/gemm.hpp"
@@ -48,47 +49,69 @@ void head_rowsums(T* D, const T* dy, const TY* y, std::int64_t seq, std::int64_t
 
 #if defined(NORMLAB_HAVE_ATTENTION_AVX512)
 namespace detail {
-// The AVX-512 path over every (batch, head): on the bf16 engine under
-// Precision::bf16 (q, k, v then float32, or kept in bf16: TQ), else float32.
-template <class TQ>
-void attention_forward_heads(float* y, float* lse, const TQ* q, const TQ* k, const TQ* v, std::int64_t B,
-                             std::int64_t seq, std::int64_t H, std::int64_t dk, float scale, std::int64_t window,
-                             [[maybe_unused]] bool bf16) {
+// The AVX-512 path over every (batch, head) on engine E (avx512::attention_head_*).
+template <class E, class TQ>
+void attention_forward_heads_on(float* y, float* lse, const TQ* q, const TQ* k, const TQ* v, std::int64_t B,
+                                std::int64_t seq, std::int64_t H, std::int64_t dk, float scale, std::int64_t window) {
   static_assert(avx512::kBlock == kAttnBlock);
   const std::int64_t C = H * dk;
   parallel_for(B * H, B * H * seq * seq * dk > kParallelGrain, [&](std::int64_t bh) {
     const std::int64_t b = bh / H, hd = bh % H, off = b * seq * C + hd * dk;
-    float* scratch = thread_scratch<float, kAttention>(std::size_t(avx512::attention_forward_scratch(seq, dk)));
-#if defined(NORMLAB_HAVE_BF16GEMM_AVX512)
-    if (bf16)
-      return avx512::attention_head_forward<true>(y + off, lse + bh * seq, q + off, k + off, v + off, seq, C, dk,
-                                                  scale, scratch, window);
-#endif
-    if constexpr (std::is_same_v<TQ, float>)
-      avx512::attention_head_forward(y + off, lse + bh * seq, q + off, k + off, v + off, seq, C, dk, scale, scratch,
-                                     window);
+    float* scratch = thread_scratch<float, kAttention>(std::size_t(avx512::attention_forward_scratch<E>(seq, dk)));
+    avx512::attention_head_forward<E>(y + off, lse + bh * seq, q + off, k + off, v + off, seq, C, dk, scale, scratch,
+                                      window);
   });
+}
+template <class E, class TQ, class TY>
+void attention_backward_heads_on(float* dq, float* dk_, float* dv, const float* dy, const TY* y, const float* lse,
+                                 const TQ* q, const TQ* k, const TQ* v, std::int64_t B, std::int64_t seq,
+                                 std::int64_t H, std::int64_t dk, float scale, std::int64_t window, bool bf16) {
+  const std::int64_t C = H * dk;
+  parallel_for(B * H, B * H * seq * seq * dk > kParallelGrain, [&](std::int64_t bh) {
+    const std::int64_t b = bh / H, hd = bh % H, off = b * seq * C + hd * dk;
+    const std::int64_t head = avx512::attention_backward_scratch<E>(seq, dk);
+    float* scratch = thread_scratch<float, kAttention>(std::size_t(head + seq));
+    float* D = scratch + head;
+    head_rowsums(D, dy + off, y + off, seq, C, dk, bf16);
+    avx512::attention_head_backward<E>(dq + off, dk_ + off, dv + off, dy + off, D, lse + bh * seq, q + off, k + off,
+                                       v + off, seq, C, dk, scale, scratch, window);
+  });
+}
+
+// Under Precision::bf16 (q, k, v then float32, or kept in bf16: TQ) on a bf16
+// engine, the tile unit's where amx::available(), else float32's.
+template <class TQ>
+void attention_forward_heads(float* y, float* lse, const TQ* q, const TQ* k, const TQ* v, std::int64_t B,
+                             std::int64_t seq, std::int64_t H, std::int64_t dk, float scale, std::int64_t window,
+                             [[maybe_unused]] bool bf16) {
+#if defined(NORMLAB_HAVE_ATTENTION_AMX)
+  if (bf16 && amx::available())
+    return attention_forward_heads_on<amx::AttentionTiles>(y, lse, q, k, v, B, seq, H, dk, scale, window);
+#endif
+#if defined(NORMLAB_HAVE_BF16GEMM_AVX512)
+  if (bf16)
+    return attention_forward_heads_on<avx512::detail::Packing<true>>(y, lse, q, k, v, B, seq, H, dk, scale, window);
+#endif
+  if constexpr (std::is_same_v<TQ, float>)
+    attention_forward_heads_on<avx512::detail::Packing<false>>(y, lse, q, k, v, B, seq, H, dk, scale, window);
 }
 template <class TQ, class TY>
 void attention_backward_heads(float* dq, float* dk_, float* dv, const float* dy, const TY* y, const float* lse,
                               const TQ* q, const TQ* k, const TQ* v, std::int64_t B, std::int64_t seq, std::int64_t H,
-                              std::int64_t dk, float scale, std::int64_t window, [[maybe_unused]] bool bf16) {
-  const std::int64_t C = H * dk;
-  parallel_for(B * H, B * H * seq * seq * dk > kParallelGrain, [&](std::int64_t bh) {
-    const std::int64_t b = bh / H, hd = bh % H, off = b * seq * C + hd * dk;
-    const std::int64_t head = avx512::attention_backward_scratch(seq, dk);
-    float* scratch = thread_scratch<float, kAttention>(std::size_t(head + seq));
-    float* D = scratch + head;
-    head_rowsums(D, dy + off, y + off, seq, C, dk, bf16);
-#if defined(NORMLAB_HAVE_BF16GEMM_AVX512)
-    if (bf16)
-      return avx512::attention_head_backward<true>(dq + off, dk_ + off, dv + off, dy + off, D, lse + bh * seq,
-                                                   q + off, k + off, v + off, seq, C, dk, scale, scratch, window);
+                              std::int64_t dk, float scale, std::int64_t window, bool bf16) {
+#if defined(NORMLAB_HAVE_ATTENTION_AMX)
+  if (bf16 && amx::available())
+    return attention_backward_heads_on<amx::AttentionTiles>(dq, dk_, dv, dy, y, lse, q, k, v, B, seq, H, dk, scale,
+                                                            window, bf16);
 #endif
-    if constexpr (std::is_same_v<TQ, float>)
-      avx512::attention_head_backward(dq + off, dk_ + off, dv + off, dy + off, D, lse + bh * seq, q + off, k + off,
-                                      v + off, seq, C, dk, scale, scratch, window);
-  });
+#if defined(NORMLAB_HAVE_BF16GEMM_AVX512)
+  if (bf16)
+    return attention_backward_heads_on<avx512::detail::Packing<true>>(dq, dk_, dv, dy, y, lse, q, k, v, B, seq, H,
+                                                                      dk, scale, window, bf16);
+#endif
+  if constexpr (std::is_same_v<TQ, float>)
+    attention_backward_heads_on<avx512::detail::Packing<false>>(dq, dk_, dv, dy, y, lse, q, k, v, B, seq, H, dk,
+                                                                scale, window, bf16);
 }
 }  // namespace detail
 #endif

@@ -19,12 +19,14 @@
 // scratch, so the bits do not depend on the thread count. The float64 path
 // (the oracle) keeps the generic code.
 //
-// kBf16: the same products on the bf16 engine (bf16gemm_avx512.hpp): Q, K, V,
-// dY, P and dS rounded to bf16 as they are packed, float32 accumulation; the
-// softmax, its statistics and every output stay float32. A packed panel then
-// holds pairs of k per 32-bit word, so every depth and offset along k is
-// counted in words (Packing<kBf16>::words); the diagonal's depth cuts fall on
-// multiples of 8, whole pairs.
+// The engine (E) of the block products is a template parameter: float32
+// (Packing<false>), or a bf16 engine, AVX-512 BF16's (Packing<true>,
+// bf16gemm_avx512.hpp) or the tile unit's (amx::AttentionTiles,
+// attention_amx.hpp): Q, K, V, dY, P and dS rounded to bf16 as they are packed,
+// float32 accumulation; the softmax, its statistics and every output stay
+// float32. A packed panel then holds pairs of k per 32-bit word, so every depth
+// and offset along k is counted in words (E::words); the diagonal's depth cuts
+// fall on whole pairs.
 #include "normlab/backend/cpu/attention_window.hpp"
 #include "normlab/backend/cpu/bf16gemm_avx512.hpp"
 #include "normlab/backend/cpu/sgemm_avx512.hpp"
@@ -49,15 +51,80 @@ using Row = Eigen::Map<Eigen::Array<float, 1, Eigen::Dynamic>>;
 inline std::int64_t round16(std::int64_t n) { return (n + 15) / 16 * 16; }
 inline std::int64_t round_to(std::int64_t n, std::int64_t q) { return (n + q - 1) / q * q; }
 
-// The packed operands of one engine: float32 values (one word per k), or bf16
-// pairs (one word per two k). Buffers stay float* (the scratch's type).
+// The block products of one (query block, key block) pair on 8 × 32
+// micro-tiles, for an engine E (its words and tile). On a diagonal pair
+// (query block = key block; relative key c visible to relative query r iff
+// c ≤ r) they skip what the causal mask discards: at T = 256 four of the ten
+// block pairs are diagonal, and a plain tile product of each would compute
+// ~40% that the mask then throws away (docs/perf.md). Off the diagonal they are
+// plain tile products.
+template <class E>
+struct MicroTileProducts {
+  // S = alpha·Ap·Bp. Diagonal: micro-tiles whose every column lies past every row
+  // are skipped; those scores are masked out and never read.
+  static void score_product(std::int64_t nm, std::int64_t nn, std::int64_t kn, const float* Ap, const float* Bp,
+                            std::int64_t bstride, float* C, std::int64_t ldc, float alpha, bool diagonal) {
+    for (std::int64_t p = 0; p < nm; p += kAttnMR) {
+      const int mv = int(std::min<std::int64_t>(kAttnMR, nm - p));
+      const std::int64_t columns = diagonal ? std::min(nn, p + mv) : nn;
+      for (std::int64_t q = 0; q < columns; q += kNR)
+        E::template tile<kAttnMR>(kn, Ap + p * E::words(kn), Bp + q * E::words(bstride), C + p * ldc + q, ldc,
+                                  alpha, false, mv, int(std::min<std::int64_t>(kNR, nn - q)));
+    }
+  }
+  // C = Ap·Bp (+ C when add), A being P or dS (the A of O += P V and dq += dS K).
+  // Diagonal: A(row, k) = 0 unless k ≤ row, so row panel p stops at depth p + 8.
+  // Only zero products are left out, ones that came last: the sums keep their values.
+  static void lower_product(std::int64_t nm, std::int64_t nn, std::int64_t kn, const float* Ap, const float* Bp,
+                            std::int64_t bstride, float* C, std::int64_t ldc, bool add, bool diagonal) {
+    for (std::int64_t p = 0; p < nm; p += kAttnMR) {
+      const int mv = int(std::min<std::int64_t>(kAttnMR, nm - p));
+      const std::int64_t depth = diagonal ? std::min<std::int64_t>(kn, p + kAttnMR) : kn;
+      for (std::int64_t q = 0; q < nn; q += kNR)
+        E::template tile<kAttnMR>(depth, Ap + p * E::words(kn), Bp + q * E::words(bstride), C + p * ldc + q, ldc,
+                                  1.0f, add, mv, int(std::min<std::int64_t>(kNR, nn - q)));
+    }
+  }
+  // C = Ap·Bp (+ C when add), A being Pᵀ or dSᵀ (the A of dv += Pᵀ dY and
+  // dk += dSᵀ Q). Diagonal: A(row, k) = 0 unless k ≥ row, so row panel p starts at
+  // depth p. The products left out are zeros that came first: the sums keep their values.
+  static void upper_product(std::int64_t nm, std::int64_t nn, std::int64_t kn, const float* Ap, const float* Bp,
+                            std::int64_t bstride, float* C, std::int64_t ldc, bool add, bool diagonal) {
+    for (std::int64_t p = 0; p < nm; p += kAttnMR) {
+      const int mv = int(std::min<std::int64_t>(kAttnMR, nm - p));
+      // k0 = kn: a product of depth 0, zeros (written when !add)
+      const std::int64_t k0 = diagonal ? std::min(p, kn) : 0;
+      for (std::int64_t q = 0; q < nn; q += kNR)
+        E::template tile<kAttnMR>(kn - k0, Ap + p * E::words(kn) + E::words(k0) * kAttnMR,
+                                  Bp + q * E::words(bstride) + E::words(k0) * kNR, C + p * ldc + q, ldc, 1.0f, add,
+                                  mv, int(std::min<std::int64_t>(kNR, nn - q)));
+    }
+  }
+};
+
+// An engine of the head kernels below: how its operands are packed (A in
+// panels of kAttnMR rows, B in panels of kNR columns, k-major), where a
+// column or a depth starts in a packed B, the block products, and begin/end
+// around a head (nothing to set up here). float32 values (one word per k), or
+// bf16 pairs (one word per two k); buffers stay float* (the scratch's type).
 template <bool kBf16>
-struct Packing {
+struct Packing : MicroTileProducts<Packing<kBf16>> {
   static std::int64_t words(std::int64_t depth) { return depth; }
-  template <bool kRowA, int MR>
+  // Floats of a packed A of rows × depth, and of a packed B of columns × depth
+  // (the float32 layout: enough for bf16 pairs too).
+  static std::int64_t a_floats(std::int64_t rows, std::int64_t depth) { return round_to(rows, kAttnMR) * depth; }
+  static std::int64_t b_floats(std::int64_t cols, std::int64_t depth) { return round_to(cols, kNR) * depth; }
+  // A packed B of the given depth from column j0 (a multiple of kNR), and from depth k0.
+  static const float* b_column(const float* Bp, std::int64_t j0, std::int64_t depth) {
+    return Bp + j0 * Packing::words(depth);
+  }
+  static const float* b_depth(const float* Bp, std::int64_t k0) { return Bp + Packing::words(k0) * kNR; }
+  static void begin() {}
+  static void end() {}
+  template <bool kRowA>
   static void pack_a(float* d, const float* A, std::int64_t lda, std::int64_t i0, std::int64_t m, std::int64_t k0,
                      std::int64_t kn) {
-    detail::pack_a<kRowA, MR>(d, A, lda, i0, m, k0, kn);
+    detail::pack_a<kRowA, kAttnMR>(d, A, lda, i0, m, k0, kn);
   }
   template <bool kRowB>
   static void pack_b(float* d, const float* B, std::int64_t ldb, std::int64_t k0, std::int64_t kn, std::int64_t j0,
@@ -72,15 +139,21 @@ struct Packing {
 };
 #if defined(NORMLAB_HAVE_BF16GEMM_AVX512)
 template <>
-struct Packing<true> {
+struct Packing<true> : MicroTileProducts<Packing<true>> {
   static std::int64_t words(std::int64_t depth) { return (depth + 1) / 2; }
+  static std::int64_t a_floats(std::int64_t rows, std::int64_t depth) { return round_to(rows, kAttnMR) * depth; }
+  static std::int64_t b_floats(std::int64_t cols, std::int64_t depth) { return round_to(cols, kNR) * depth; }
+  static const float* b_column(const float* Bp, std::int64_t j0, std::int64_t depth) { return Bp + j0 * words(depth); }
+  static const float* b_depth(const float* Bp, std::int64_t k0) { return Bp + words(k0) * kNR; }
+  static void begin() {}
+  static void end() {}
   static std::uint32_t* as_words(float* p) { return reinterpret_cast<std::uint32_t*>(p); }
   static const std::uint32_t* as_words(const float* p) { return reinterpret_cast<const std::uint32_t*>(p); }
   // From float32 or from bf16 (q, k, v kept so): the same words.
-  template <bool kRowA, int MR, class TA>
+  template <bool kRowA, class TA>
   static void pack_a(float* d, const TA* A, std::int64_t lda, std::int64_t i0, std::int64_t m, std::int64_t k0,
                      std::int64_t kn) {
-    bf16::pack_a<kRowA, MR>(as_words(d), A, lda, i0, m, k0, kn);
+    bf16::pack_a<kRowA, kAttnMR>(as_words(d), A, lda, i0, m, k0, kn);
   }
   template <bool kRowB, class TB>
   static void pack_b(float* d, const TB* B, std::int64_t ldb, std::int64_t k0, std::int64_t kn, std::int64_t j0,
@@ -98,62 +171,6 @@ struct Packing<true> {
 };
 #endif
 
-// The block products of one (query block, key block) pair. On a diagonal pair
-// (query block = key block; relative key c visible to relative query r iff
-// c ≤ r) they skip what the causal mask discards: at T = 256 four of the ten
-// block pairs are diagonal, and a plain tile product of each would compute
-// ~40% that the mask then throws away (docs/perf.md). Off the diagonal they are
-// plain tile products.
-
-// S = alpha·Ap·Bp. Diagonal: micro-tiles whose every column lies past every row
-// are skipped; those scores are masked out and never read.
-template <bool kBf16>
-inline void score_product(std::int64_t nm, std::int64_t nn, std::int64_t kn, const float* Ap, const float* Bp,
-                          std::int64_t bstride, float* C, std::int64_t ldc, float alpha, bool diagonal) {
-  using E = Packing<kBf16>;
-  for (std::int64_t p = 0; p < nm; p += kAttnMR) {
-    const int mv = int(std::min<std::int64_t>(kAttnMR, nm - p));
-    const std::int64_t columns = diagonal ? std::min(nn, p + mv) : nn;
-    for (std::int64_t q = 0; q < columns; q += kNR)
-      E::template tile<kAttnMR>(kn, Ap + p * E::words(kn), Bp + q * E::words(bstride), C + p * ldc + q, ldc, alpha,
-                                false, mv, int(std::min<std::int64_t>(kNR, nn - q)));
-  }
-}
-
-// C = Ap·Bp (+ C when add), A being P or dS (the A of O += P V and dq += dS K).
-// Diagonal: A(row, k) = 0 unless k ≤ row, so row panel p stops at depth p + 8.
-// Only zero products are left out, ones that came last: the sums keep their values.
-template <bool kBf16>
-inline void lower_product(std::int64_t nm, std::int64_t nn, std::int64_t kn, const float* Ap, const float* Bp,
-                          std::int64_t bstride, float* C, std::int64_t ldc, bool add, bool diagonal) {
-  using E = Packing<kBf16>;
-  for (std::int64_t p = 0; p < nm; p += kAttnMR) {
-    const int mv = int(std::min<std::int64_t>(kAttnMR, nm - p));
-    const std::int64_t depth = diagonal ? std::min<std::int64_t>(kn, p + kAttnMR) : kn;
-    for (std::int64_t q = 0; q < nn; q += kNR)
-      E::template tile<kAttnMR>(depth, Ap + p * E::words(kn), Bp + q * E::words(bstride), C + p * ldc + q, ldc, 1.0f,
-                                add, mv, int(std::min<std::int64_t>(kNR, nn - q)));
-  }
-}
-
-// C = Ap·Bp (+ C when add), A being Pᵀ or dSᵀ (the A of dv += Pᵀ dY and
-// dk += dSᵀ Q). Diagonal: A(row, k) = 0 unless k ≥ row, so row panel p starts at
-// depth p. The products left out are zeros that came first: the sums keep their values.
-template <bool kBf16>
-inline void upper_product(std::int64_t nm, std::int64_t nn, std::int64_t kn, const float* Ap, const float* Bp,
-                          std::int64_t bstride, float* C, std::int64_t ldc, bool add, bool diagonal) {
-  using E = Packing<kBf16>;
-  for (std::int64_t p = 0; p < nm; p += kAttnMR) {
-    const int mv = int(std::min<std::int64_t>(kAttnMR, nm - p));
-    // k0 = kn: a product of depth 0, zeros (written when !add)
-    const std::int64_t k0 = diagonal ? std::min(p, kn) : 0;
-    for (std::int64_t q = 0; q < nn; q += kNR)
-      E::template tile<kAttnMR>(kn - k0, Ap + p * E::words(kn) + E::words(k0) * kAttnMR,
-                                Bp + q * E::words(bstride) + E::words(k0) * kNR, C + p * ldc + q, ldc, 1.0f, add,
-                                mv, int(std::min<std::int64_t>(kNR, nn - q)));
-  }
-}
-
 // One head's scratch, carved from one 64-byte-aligned buffer: every region
 // starts on a 16-float boundary (the packed B operands are read with aligned
 // loads). The size the caller allocates and the offsets the kernels use come
@@ -170,18 +187,18 @@ struct ScratchCarver {
 }  // namespace detail
 
 namespace detail {
-// The forward's scratch regions for one head (scratch == nullptr: sizes only).
+// The forward's scratch regions for one head on engine E (scratch == nullptr: sizes only).
+template <class E>
 struct ForwardScratch {
   float *Kc, *Vr, *Qa, *S, *Pa, *O, *m, *l;
   std::int64_t floats;
   ForwardScratch(float* scratch, std::int64_t seq, std::int64_t dk) {
-    const std::int64_t tk = round_to(seq, kNR), dkr = round_to(dk, kNR);
     ScratchCarver c{scratch};
-    Kc = c.take(tk * dk);       // Kᵀ as B of S = Q Kᵀ: key j's column at Kc + j·dk
-    Vr = c.take(dkr * seq);      // V as B of O += P V: depth seq
-    Qa = c.take(kBlock * dk);   // the query block as A of S
-    S = c.take(kBlock * kBlock);   // scores, then probabilities (nq × kBlock)
-    Pa = c.take(kBlock * kBlock);  // P as A of O += P V
+    Kc = c.take(E::b_floats(seq, dk));        // Kᵀ as B of S = Q Kᵀ
+    Vr = c.take(E::b_floats(dk, seq));        // V as B of O += P V: depth seq
+    Qa = c.take(E::a_floats(kBlock, dk));     // the query block as A of S
+    S = c.take(kBlock * kBlock);              // scores, then probabilities (nq × kBlock)
+    Pa = c.take(E::a_floats(kBlock, kBlock)); // P as A of O += P V
     O = c.take(kBlock * dk);    // unnormalized output (nq × dk)
     m = c.take(kBlock);         // running row maxima
     l = c.take(kBlock);         // running row sums
@@ -190,36 +207,39 @@ struct ForwardScratch {
 };
 }  // namespace detail
 
-// Floats of scratch one head needs (64-byte aligned base).
-inline std::int64_t attention_forward_scratch(std::int64_t seq, std::int64_t dk) {
-  return detail::ForwardScratch(nullptr, seq, dk).floats;
+// Floats of scratch one head needs on engine E (64-byte aligned base).
+template <class E = detail::Packing<false>>
+std::int64_t attention_forward_scratch(std::int64_t seq, std::int64_t dk) {
+  return detail::ForwardScratch<E>(nullptr, seq, dk).floats;
 }
 
 // y, lse of one head: q, k, v, y point at the head's first row (row stride C);
 // lse at the head's T entries. window > 0: query t sees keys t−W+1 … t only;
 // the scores left of a row's window are zeroed like those right of the
 // diagonal, so the block products keep their shapes and add exact zeros.
-// On the bf16 engine q, k and v may be kept in bf16 (TQ), read only as packed.
-template <bool kBf16 = false, class TQ = float>
+// E: the engine of the block products (detail::Packing<false>: float32;
+// Packing<true>: AVX-512 BF16; amx::AttentionTiles: the tile unit). On a bf16
+// engine q, k and v may be kept in bf16 (TQ), read only as packed.
+template <class E = detail::Packing<false>, class TQ = float>
 void attention_head_forward(float* y, float* lse, const TQ* q, const TQ* k, const TQ* v, std::int64_t seq,
                             std::int64_t C, std::int64_t dk, float scale, float* scratch, std::int64_t window = 0) {
   using detail::Row;
-  using E = detail::Packing<kBf16>;
   constexpr std::int64_t Bk = kBlock;
-  const detail::ForwardScratch w(scratch, seq, dk);
+  const detail::ForwardScratch<E> w(scratch, seq, dk);
   float *Kc = w.Kc, *Vr = w.Vr, *Qa = w.Qa, *S = w.S, *Pa = w.Pa, *O = w.O, *m = w.m, *l = w.l;
+  E::begin();
   E::template pack_b<false>(Kc, k, C, 0, dk, 0, seq);
   E::template pack_b<true>(Vr, v, C, 0, seq, 0, dk);
   for (std::int64_t i0 = 0; i0 < seq; i0 += Bk) {
     const std::int64_t nq = std::min(Bk, seq - i0);
-    E::template pack_a<true, kAttnMR>(Qa, q, C, i0, nq, 0, dk);
+    E::template pack_a<true>(Qa, q, C, i0, nq, 0, dk);
     std::fill_n(O, nq * dk, 0.0f);
     std::fill_n(m, nq, -std::numeric_limits<float>::infinity());
     std::fill_n(l, nq, 0.0f);
     for (std::int64_t j0 = window_first_block(i0, window, Bk); j0 < i0 + nq; j0 += Bk) {
       const std::int64_t nk = std::min({Bk, seq - j0, i0 + nq - j0});
       const bool diagonal = j0 == i0;
-      detail::score_product<kBf16>(nq, nk, dk, Qa, Kc + j0 * E::words(dk), dk, S, Bk, scale, diagonal);
+      E::score_product(nq, nk, dk, Qa, E::b_column(Kc, j0, dk), dk, S, Bk, scale, diagonal);
       // The online softmax exactly as the generic path writes it (Eigen's vectorized exp).
       for (std::int64_t r = 0; r < nq; ++r) {
         const std::int64_t ncol = std::min(nk, i0 + r - j0 + 1);  // keys ≤ this query (≥ 1: j0 ≤ i0)
@@ -242,8 +262,8 @@ void attention_head_forward(float* y, float* lse, const TQ* q, const TQ* k, cons
         if (corr != 1.0f) Row(O + r * dk, dk) *= corr;
         m[r] = mx;
       }
-      E::template pack_a<true, kAttnMR>(Pa, S, Bk, 0, nq, 0, nk);
-      detail::lower_product<kBf16>(nq, dk, nk, Pa, Vr + E::words(j0) * kNR, seq, O, dk, true, diagonal);
+      E::template pack_a<true>(Pa, S, Bk, 0, nq, 0, nk);
+      E::lower_product(nq, dk, nk, Pa, E::b_depth(Vr, j0), seq, O, dk, true, diagonal);
     }
     for (std::int64_t r = 0; r < nq; ++r) {
       const float inv = 1.0f / l[r];
@@ -252,66 +272,68 @@ void attention_head_forward(float* y, float* lse, const TQ* q, const TQ* k, cons
       lse[i0 + r] = m[r] + std::log(l[r]);
     }
   }
+  E::end();
 }
 
 namespace detail {
-// The backward's scratch regions for one head (scratch == nullptr: sizes only).
+// The backward's scratch regions for one head on engine E (scratch == nullptr: sizes only).
+template <class E>
 struct BackwardScratch {
   float *Kc, *Vc, *Kr, *Qa, *Ya, *Qr, *Yr, *P, *dS, *Pt, *dSa, *dSt;
   std::int64_t floats;
   BackwardScratch(float* scratch, std::int64_t seq, std::int64_t dk) {
-    const std::int64_t tk = round_to(seq, kNR), dkr = round_to(dk, kNR);
     ScratchCarver c{scratch};
-    Kc = c.take(tk * dk);          // Kᵀ as B of S = Q Kᵀ
-    Vc = c.take(tk * dk);          // Vᵀ as B of dY Vᵀ
-    Kr = c.take(dkr * seq);         // K as B of dq += dS K: depth seq
-    Qa = c.take(kBlock * dk);      // the query block as A of S
-    Ya = c.take(kBlock * dk);      // dY block as A of dY Vᵀ
-    Qr = c.take(dkr * kBlock);     // the query block as B of dk += dSᵀ Q: depth nq
-    Yr = c.take(dkr * kBlock);     // dY block as B of dv += Pᵀ dY
-    P = c.take(kBlock * kBlock);   // probabilities (nq × kBlock)
-    dS = c.take(kBlock * kBlock);  // dY Vᵀ, then dS (nq × kBlock)
-    Pt = c.take(kBlock * kBlock);  // Pᵀ as A
-    dSa = c.take(kBlock * kBlock); // dS as A
-    dSt = c.take(kBlock * kBlock); // dSᵀ as A
+    Kc = c.take(E::b_floats(seq, dk));         // Kᵀ as B of S = Q Kᵀ
+    Vc = c.take(E::b_floats(seq, dk));         // Vᵀ as B of dY Vᵀ
+    Kr = c.take(E::b_floats(dk, seq));         // K as B of dq += dS K: depth seq
+    Qa = c.take(E::a_floats(kBlock, dk));      // the query block as A of S
+    Ya = c.take(E::a_floats(kBlock, dk));      // dY block as A of dY Vᵀ
+    Qr = c.take(E::b_floats(dk, kBlock));      // the query block as B of dk += dSᵀ Q: depth nq
+    Yr = c.take(E::b_floats(dk, kBlock));      // dY block as B of dv += Pᵀ dY
+    P = c.take(kBlock * kBlock);               // probabilities (nq × kBlock)
+    dS = c.take(kBlock * kBlock);              // dY Vᵀ, then dS (nq × kBlock)
+    Pt = c.take(E::a_floats(kBlock, kBlock));  // Pᵀ as A
+    dSa = c.take(E::a_floats(kBlock, kBlock)); // dS as A
+    dSt = c.take(E::a_floats(kBlock, kBlock)); // dSᵀ as A
     floats = c.used;
   }
 };
 }  // namespace detail
 
-inline std::int64_t attention_backward_scratch(std::int64_t seq, std::int64_t dk) {
-  return detail::BackwardScratch(nullptr, seq, dk).floats;
+template <class E = detail::Packing<false>>
+std::int64_t attention_backward_scratch(std::int64_t seq, std::int64_t dk) {
+  return detail::BackwardScratch<E>(nullptr, seq, dk).floats;
 }
 
 // dq, dk, dv of one head, written into rows of stride C; D: the head's
 // rowsum(dY ⊙ Y), T entries. With P recomputed from lse:
 // dS = scale·P ⊙ (dY Vᵀ − D); dq += dS K; dk += dSᵀ Q; dv += Pᵀ dY.
-// window as in the forward.
-template <bool kBf16 = false, class TQ = float>
+// window and E as in the forward.
+template <class E = detail::Packing<false>, class TQ = float>
 void attention_head_backward(float* dq, float* dk_, float* dv, const float* dy, const float* D, const float* lse,
                              const TQ* q, const TQ* k, const TQ* v, std::int64_t seq, std::int64_t C,
                              std::int64_t dk, float scale, float* scratch, std::int64_t window = 0) {
   using detail::Row;
-  using E = detail::Packing<kBf16>;
   constexpr std::int64_t Bk = kBlock;
-  const detail::BackwardScratch w(scratch, seq, dk);
+  const detail::BackwardScratch<E> w(scratch, seq, dk);
   float *Kc = w.Kc, *Vc = w.Vc, *Kr = w.Kr, *Qa = w.Qa, *Ya = w.Ya, *Qr = w.Qr, *Yr = w.Yr, *P = w.P, *dS = w.dS,
         *Pt = w.Pt, *dSa = w.dSa, *dSt = w.dSt;
+  E::begin();
   E::template pack_b<false>(Kc, k, C, 0, dk, 0, seq);
   E::template pack_b<false>(Vc, v, C, 0, dk, 0, seq);
   E::template pack_b<true>(Kr, k, C, 0, seq, 0, dk);
   for (std::int64_t i0 = 0; i0 < seq; i0 += Bk) {
     const std::int64_t nq = std::min(Bk, seq - i0);
-    E::template pack_a<true, kAttnMR>(Qa, q, C, i0, nq, 0, dk);
-    E::template pack_a<true, kAttnMR>(Ya, dy, C, i0, nq, 0, dk);
+    E::template pack_a<true>(Qa, q, C, i0, nq, 0, dk);
+    E::template pack_a<true>(Ya, dy, C, i0, nq, 0, dk);
     E::template pack_b<true>(Qr, q, C, i0, nq, 0, dk);
     E::template pack_b<true>(Yr, dy, C, i0, nq, 0, dk);
     const std::int64_t j_first = window_first_block(i0, window, Bk);
     for (std::int64_t j0 = j_first; j0 < i0 + nq; j0 += Bk) {
       const std::int64_t nk = std::min({Bk, seq - j0, i0 + nq - j0});
       const bool diagonal = j0 == i0;
-      detail::score_product<kBf16>(nq, nk, dk, Qa, Kc + j0 * E::words(dk), dk, P, Bk, scale, diagonal);
-      detail::score_product<kBf16>(nq, nk, dk, Ya, Vc + j0 * E::words(dk), dk, dS, Bk, 1.0f, diagonal);
+      E::score_product(nq, nk, dk, Qa, E::b_column(Kc, j0, dk), dk, P, Bk, scale, diagonal);
+      E::score_product(nq, nk, dk, Ya, E::b_column(Vc, j0, dk), dk, dS, Bk, 1.0f, diagonal);
       for (std::int64_t r = 0; r < nq; ++r) {
         const std::int64_t ncol = std::min(nk, i0 + r - j0 + 1);
         const std::int64_t lo = std::min(ncol, std::max<std::int64_t>(0, window_first_key(i0 + r, window) - j0));
@@ -323,19 +345,20 @@ void attention_head_backward(float* dq, float* dk_, float* dv, const float* dy, 
         std::fill(P + r * Bk + ncol, P + r * Bk + nk, 0.0f);
         std::fill(dS + r * Bk + ncol, dS + r * Bk + nk, 0.0f);
       }
-      E::template pack_a<false, kAttnMR>(Pt, P, Bk, 0, nk, 0, nq);
-      E::template pack_a<true, kAttnMR>(dSa, dS, Bk, 0, nq, 0, nk);
-      E::template pack_a<false, kAttnMR>(dSt, dS, Bk, 0, nk, 0, nq);
+      E::template pack_a<false>(Pt, P, Bk, 0, nk, 0, nq);
+      E::template pack_a<true>(dSa, dS, Bk, 0, nq, 0, nk);
+      E::template pack_a<false>(dSt, dS, Bk, 0, nk, 0, nq);
       // Each output row block is written by its first product and added to by the
       // rest: dq's block i0 first meets key block j_first (0 without a window),
       // and key block j0 first meets query block j0 (its diagonal: every query
       // block visits its own), so nothing is zeroed beforehand.
       const bool add_dkv = !diagonal, add_dq = j0 > j_first;
-      detail::upper_product<kBf16>(nk, dk, nq, Pt, Yr, nq, dv + j0 * C, C, add_dkv, diagonal);
-      detail::lower_product<kBf16>(nq, dk, nk, dSa, Kr + E::words(j0) * kNR, seq, dq + i0 * C, C, add_dq, diagonal);
-      detail::upper_product<kBf16>(nk, dk, nq, dSt, Qr, nq, dk_ + j0 * C, C, add_dkv, diagonal);
+      E::upper_product(nk, dk, nq, Pt, Yr, nq, dv + j0 * C, C, add_dkv, diagonal);
+      E::lower_product(nq, dk, nk, dSa, E::b_depth(Kr, j0), seq, dq + i0 * C, C, add_dq, diagonal);
+      E::upper_product(nk, dk, nq, dSt, Qr, nq, dk_ + j0 * C, C, add_dkv, diagonal);
     }
   }
+  E::end();
 }
 
 }  // namespace normlab::cpu::avx512

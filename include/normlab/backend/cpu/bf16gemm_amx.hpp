@@ -31,6 +31,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <utility>
 
 #define NORMLAB_HAVE_BF16GEMM_AMX 1
 #define NORMLAB_AMX_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,amx-tile,amx-bf16")))
@@ -167,24 +168,32 @@ NORMLAB_AMX_TARGET inline void configure_tiles() {
   _tile_loadconfig(&c);
 }
 
-// C (mm × nn, ldc) = alpha·Ap·Bp (+ C when add), block by block.
-NORMLAB_AMX_TARGET inline void block_product(std::int64_t mm, std::int64_t nn, std::int64_t kp16,
-                                             const std::uint32_t* Ap, const std::uint32_t* Bp, float* C,
-                                             std::int64_t ldc, float alpha, bool add) {
+// C (mm × nn, ldc) = alpha·A·B (+ C when add), in 32 × 32 blocks. A: rows of
+// pairs a_kp words apart; B: 16-column tiles, column c's pair p at
+// Bp[c·b_kp + p·16]. A block of rows from r sums the pairs [first, last) =
+// pairs(r) (multiples of 16) and covers the columns below columns(r): the
+// whole depth and width for a plain product, less where attention's causal
+// blocks know the rest is zero or unread. The pairs left out change no sum.
+template <class Pairs, class Columns>
+NORMLAB_AMX_TARGET inline void block_product(std::int64_t mm, std::int64_t nn, const std::uint32_t* Ap,
+                                             std::int64_t a_kp, const std::uint32_t* Bp, std::int64_t b_kp, float* C,
+                                             std::int64_t ldc, float alpha, bool add, Pairs pairs, Columns columns) {
   alignas(64) float acc[kBlock * kBlock];
   const __m512 va = _mm512_set1_ps(alpha);
-  const long a_stride = long(kp16 * 4), b_stride = long(kTile * 4);
+  const long a_stride = long(a_kp * 4), b_stride = long(kTile * 4);
   for (std::int64_t r = 0; r < mm; r += kBlock) {
-    const std::uint32_t* a0 = Ap + r * kp16;
-    const std::uint32_t* a1 = a0 + kTile * kp16;
-    for (std::int64_t c = 0; c < nn; c += kBlock) {
-      const std::uint32_t* b0 = Bp + c * kp16;
-      const std::uint32_t* b1 = b0 + kTile * kp16;
+    const std::uint32_t* a0 = Ap + r * a_kp;
+    const std::uint32_t* a1 = a0 + kTile * a_kp;
+    const auto [first, last] = pairs(r);
+    const std::int64_t width = columns(r);
+    for (std::int64_t c = 0; c < width; c += kBlock) {
+      const std::uint32_t* b0 = Bp + c * b_kp;
+      const std::uint32_t* b1 = b0 + kTile * b_kp;
       _tile_zero(0);
       _tile_zero(1);
       _tile_zero(2);
       _tile_zero(3);
-      for (std::int64_t p = 0; p < kp16; p += kTile) {
+      for (std::int64_t p = first; p < last; p += kTile) {
         _tile_loadd(4, a0 + p, a_stride);
         _tile_loadd(5, a1 + p, a_stride);
         _tile_loadd(6, b0 + p * kTile, b_stride);
@@ -239,7 +248,10 @@ NORMLAB_AMX_TARGET void gemm(std::int64_t M, std::int64_t N, std::int64_t K, con
       for (std::int64_t j0 = 0; j0 < N; j0 += kNC) {
         const std::int64_t nn = std::min(kNC, N - j0);
         if (!one_b_block) detail::pack_b<kRowB>(packB, B, ldb, k0, kn, j0, nn, kp16);
-        detail::block_product(mm, nn, kp16, packA, packB, C + i0 * ldc + j0, ldc, alpha, add_slab);
+        detail::block_product(
+            mm, nn, packA, kp16, packB, kp16, C + i0 * ldc + j0, ldc, alpha, add_slab,
+            [kp16](std::int64_t) { return std::pair<std::int64_t, std::int64_t>(0, kp16); },
+            [nn](std::int64_t) { return nn; });
       }
     }
   }
