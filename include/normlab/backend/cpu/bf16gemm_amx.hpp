@@ -224,7 +224,57 @@ NORMLAB_AMX_TARGET inline void block_product(std::int64_t mm, std::int64_t nn, c
     }
   }
 }
+// C = alpha·A·B (+ C when add) over the whole depth and width; both packed at kp pairs.
+NORMLAB_AMX_TARGET inline void full_product(std::int64_t mm, std::int64_t nn, const std::uint32_t* Ap,
+                                            const std::uint32_t* Bp, std::int64_t kp, float* C, std::int64_t ldc,
+                                            float alpha, bool add) {
+  block_product(
+      mm, nn, Ap, kp, Bp, kp, C, ldc, alpha, add,
+      [kp](std::int64_t) { return std::pair<std::int64_t, std::int64_t>(0, kp); }, [nn](std::int64_t) { return nn; });
+}
 }  // namespace detail
+
+// The pairs one K-slab of kn values packs to (a whole number of tiles).
+inline std::int64_t slab_pairs(std::int64_t kn) { return round_up((kn + 1) / 2, kTile); }
+
+// One K-slab [k0, k0+kn) of gemm's product for C's rows [i0, i0+m), with
+// op(B)'s slab already packed whole (pack_b over its N columns, column c at
+// packedB + c·slab_pairs(kn)): what gemm computes for those rows and that slab,
+// the same bits. add: C += (the first slab of a product that does not
+// accumulate: false). packA: this thread's scratch (avx512::kPackFloats).
+template <bool kRowA, class TA>
+NORMLAB_AMX_TARGET void gemm_slab_rows(std::int64_t i0, std::int64_t m, std::int64_t N, std::int64_t k0,
+                                       std::int64_t kn, const TA* A, std::int64_t lda, const std::uint32_t* packedB,
+                                       float* C, std::int64_t ldc, bool add, float alpha, float* pack) {
+  auto* packA = reinterpret_cast<std::uint32_t*>(pack);
+  const std::int64_t kp = slab_pairs(kn);
+  detail::configure_tiles();
+  for (std::int64_t i = i0; i < i0 + m; i += kMC) {
+    const std::int64_t mm = std::min(kMC, i0 + m - i);
+    detail::pack_a<kRowA>(packA, A, lda, i, mm, k0, kn, kp);
+    for (std::int64_t j0 = 0; j0 < N; j0 += kNC)
+      detail::full_product(mm, std::min(kNC, N - j0), packA, packedB + j0 * kp, kp, C + i * ldc + j0, ldc, alpha, add);
+  }
+  _tile_release();
+}
+// The same for C's columns [j0, j0+n), with op(A)'s slab packed whole (pack_a
+// over its M rows, row r at packedA + r·slab_pairs(kn)).
+template <bool kRowB, class TB>
+NORMLAB_AMX_TARGET void gemm_slab_columns(std::int64_t j0, std::int64_t n, std::int64_t M, std::int64_t k0,
+                                          std::int64_t kn, const std::uint32_t* packedA, const TB* B,
+                                          std::int64_t ldb, float* C, std::int64_t ldc, bool add, float alpha,
+                                          float* pack) {
+  auto* packB = reinterpret_cast<std::uint32_t*>(pack);
+  const std::int64_t kp = slab_pairs(kn);
+  detail::configure_tiles();
+  for (std::int64_t j = j0; j < j0 + n; j += kNC) {
+    const std::int64_t nn = std::min(kNC, j0 + n - j);
+    detail::pack_b<kRowB>(packB, B, ldb, k0, kn, j, nn, kp);
+    for (std::int64_t i = 0; i < M; i += kMC)
+      detail::full_product(std::min(kMC, M - i), nn, packedA + i * kp, packB, kp, C + i * ldc + j, ldc, alpha, add);
+  }
+  _tile_release();
+}
 
 // C(M,N) (row-major, ldc) = alpha · op(A)·op(B) with both operands rounded to
 // bf16, plus C when `add`: avx512::bf16::gemm's contract (operand conventions,
@@ -239,7 +289,7 @@ NORMLAB_AMX_TARGET void gemm(std::int64_t M, std::int64_t N, std::int64_t K, con
   detail::configure_tiles();
   const bool one_b_block = N <= kNC;
   for (std::int64_t k0 = 0; k0 < K; k0 += kKC) {
-    const std::int64_t kn = std::min(kKC, K - k0), kp16 = round_up((kn + 1) / 2, kTile);
+    const std::int64_t kn = std::min(kKC, K - k0), kp16 = slab_pairs(kn);
     const bool add_slab = add || k0 > 0;
     if (one_b_block) detail::pack_b<kRowB>(packB, B, ldb, k0, kn, 0, N, kp16);
     for (std::int64_t i0 = 0; i0 < M; i0 += kMC) {
@@ -248,10 +298,7 @@ NORMLAB_AMX_TARGET void gemm(std::int64_t M, std::int64_t N, std::int64_t K, con
       for (std::int64_t j0 = 0; j0 < N; j0 += kNC) {
         const std::int64_t nn = std::min(kNC, N - j0);
         if (!one_b_block) detail::pack_b<kRowB>(packB, B, ldb, k0, kn, j0, nn, kp16);
-        detail::block_product(
-            mm, nn, packA, kp16, packB, kp16, C + i0 * ldc + j0, ldc, alpha, add_slab,
-            [kp16](std::int64_t) { return std::pair<std::int64_t, std::int64_t>(0, kp16); },
-            [nn](std::int64_t) { return nn; });
+        detail::full_product(mm, nn, packA, packB, kp16, C + i0 * ldc + j0, ldc, alpha, add_slab);
       }
     }
   }

@@ -306,6 +306,51 @@ void for_each_piece(std::int64_t M, std::int64_t N, Piece&& piece) {
     }
   }
 }
+
+#if defined(NORMLAB_HAVE_BF16GEMM_AMX)
+// A large bf16 product on the tile unit, whose packing is not quick beside its products:
+// for_each_piece's pieces each packed their shared operand again (a weight 4 times per product
+// at N = 2048 rows). Here the team packs its K-slab once, in parts; C's pieces (for_each_piece's,
+// on 32-row blocks), handed out dynamically, read it. Each piece runs amx::gemm's arithmetic for
+// its rows or columns: the same bits as one serial product, for any thread count. Implicit
+// barriers: a slab is packed before it is read, and read before the next is packed.
+template <bool kRowA, bool kRowB, class TA, class TB>
+void amx_shared_gemm(std::int64_t M, std::int64_t N, std::int64_t K, const TA* A, std::int64_t lda, const TB* B,
+                     std::int64_t ldb, float* C, std::int64_t ldc, bool accumulate, float alpha) {
+  const bool split_rows = M >= N;
+  const std::int64_t len = split_rows ? M : N, width = split_rows ? N : M;
+  const std::int64_t pieces = std::clamp<std::int64_t>(len / 512, 2, 8);
+  const std::int64_t step = amx::round_up((len + pieces - 1) / pieces, amx::kBlock);
+  const std::int64_t count = (len + step - 1) / step;
+  const std::int64_t part = amx::round_up((width + 7) / 8, amx::kBlock);
+  const std::int64_t parts = (width + part - 1) / part;
+  auto* shared = reinterpret_cast<std::uint32_t*>(thread_scratch<float, kGemmShared>(
+      std::size_t(amx::round_up(width, amx::kBlock) * amx::slab_pairs(std::min(K, amx::kKC)))));
+#pragma omp parallel
+  {
+    float* pack = thread_scratch<float, kSgemmPack>(std::size_t(avx512::kPackFloats));
+    for (std::int64_t k0 = 0; k0 < K; k0 += amx::kKC) {
+      const std::int64_t kn = std::min(amx::kKC, K - k0), kp = amx::slab_pairs(kn);
+#pragma omp for schedule(static)
+      for (std::int64_t q = 0; q < parts; ++q) {
+        const std::int64_t b = q * part, n = std::min(part, width - b);
+        if (split_rows)
+          amx::detail::pack_b<kRowB>(shared + b * kp, B, ldb, k0, kn, b, n, kp);
+        else
+          amx::detail::pack_a<kRowA>(shared + b * kp, A, lda, b, n, k0, kn, kp);
+      }
+#pragma omp for schedule(dynamic, 1)
+      for (std::int64_t p = 0; p < count; ++p) {
+        const std::int64_t b = p * step, n = std::min(step, len - b);
+        if (split_rows)
+          amx::gemm_slab_rows<kRowA>(b, n, N, k0, kn, A, lda, shared, C, ldc, accumulate || k0 > 0, alpha, pack);
+        else
+          amx::gemm_slab_columns<kRowB>(b, n, M, k0, kn, shared, B, ldb, C, ldc, accumulate || k0 > 0, alpha, pack);
+      }
+    }
+  }
+}
+#endif
 }  // namespace detail
 #endif
 
@@ -348,7 +393,11 @@ void gemm(std::int64_t M, std::int64_t N, std::int64_t K, const T* A, std::int64
       // Small products (≤ 2^18 multiply-adds, OpenBLAS's own threading threshold): one call.
       if (double(M) * double(N) * double(K) <= double(1 << 18))
         return detail::serial_sgemm<LhsOrder, RhsOrder>(M, N, K, A, lda, B, ldb, C, ldc, accumulate, alpha);
-      // Otherwise C goes in the fixed pieces of for_each_piece.
+#if defined(NORMLAB_HAVE_BF16GEMM_AMX)
+      if (detail::bf16_products && amx::available())
+        return detail::amx_shared_gemm<LhsOrder == Eigen::RowMajor, RhsOrder == Eigen::RowMajor>(
+            M, N, K, A, lda, B, ldb, C, ldc, accumulate, alpha);
+#endif
       detail::for_each_piece(M, N, [&](bool split_rows, std::int64_t b, std::int64_t n) {
         if (split_rows) {
           const float* Ap = LhsOrder == Eigen::RowMajor ? A + b * lda : A + b;
@@ -384,11 +433,15 @@ void gemm_bf16_stored(std::int64_t M, std::int64_t N, std::int64_t K, const TA* 
       for (std::int64_t i = 0; i < M; ++i) std::fill_n(C + i * ldc, N, 0.0f);
     return;
   }
+  constexpr bool kRowA = LhsOrder == Eigen::RowMajor, kRowB = RhsOrder == Eigen::RowMajor;
   auto serial = [&](std::int64_t m, std::int64_t n, const TA* a, const TB* b, float* c) {
-    detail::serial_bf16_gemm<LhsOrder == Eigen::RowMajor, RhsOrder == Eigen::RowMajor, TA, TB>(m, n, K, a, lda, b, ldb,
-                                                                                              c, ldc, accumulate, alpha);
+    detail::serial_bf16_gemm<kRowA, kRowB, TA, TB>(m, n, K, a, lda, b, ldb, c, ldc, accumulate, alpha);
   };
   if (in_parallel() || double(M) * double(N) * double(K) <= double(1 << 18)) return serial(M, N, A, B, C);
+#if defined(NORMLAB_HAVE_BF16GEMM_AMX)
+  if (amx::available())
+    return detail::amx_shared_gemm<kRowA, kRowB>(M, N, K, A, lda, B, ldb, C, ldc, accumulate, alpha);
+#endif
   detail::for_each_piece(M, N, [&](bool split_rows, std::int64_t b, std::int64_t n) {
     if (split_rows)
       serial(n, N, LhsOrder == Eigen::RowMajor ? A + b * lda : A + b, B, C + b * ldc);
