@@ -190,28 +190,54 @@ TEST_CASE("bf16: the GEMM engine against float64 products of rounded and of exac
   });
 }
 
-TEST_CASE("bf16: a product has the same bits on one thread and on the team", "[bf16]") {
+TEST_CASE("bf16: a product has the same bits on one thread, on the team and inside a parallel region", "[bf16]") {
   skip_without_bf16();
-  const std::int64_t M = 1100, N = 384, K = 700;
-  std::mt19937_64 rng(9);
-  std::normal_distribution<float> g(0.0f, 1.0f);
-  std::vector<float> A(std::size_t(M * K)), B(std::size_t(K * N)), C1(std::size_t(M * N)), C2(std::size_t(M * N));
-  for (float& x : A) x = g(rng);
-  for (float& x : B) x = g(rng);
-  PrecisionScope bf16(Precision::bf16);
-  for_each_bf16_engine([&](const char* engine) {
-    INFO("engine: " << engine);
-    cpu::gemm<float, Eigen::RowMajor, Eigen::ColMajor>(M, N, K, A.data(), K, B.data(), K, C1.data(), N, false);
+  // C split by rows (M >= N) and by columns (M < N), B read both ways: on the
+  // tile unit the team packs the shared operand once and hands out pieces;
+  // inside a parallel region (attention's heads) one serial product runs. All
+  // three must give the same bits.
+  struct Shape {
+    std::int64_t M, N, K;
+  };
+  for (const Shape s : {Shape{1100, 384, 700}, Shape{300, 1100, 700}}) {
+    std::mt19937_64 rng(9);
+    std::normal_distribution<float> g(0.0f, 1.0f);
+    std::vector<float> A(std::size_t(s.M * s.K)), B(std::size_t(s.K * s.N));
+    for (float& x : A) x = g(rng);
+    for (float& x : B) x = g(rng);
+    PrecisionScope bf16(Precision::bf16);
+    for (const bool row_b : {false, true}) {
+      auto product = [&](std::vector<float>& C) {
+        C.assign(std::size_t(s.M * s.N), 0.0f);
+        if (row_b)
+          cpu::gemm<float, Eigen::RowMajor, Eigen::RowMajor>(s.M, s.N, s.K, A.data(), s.K, B.data(), s.N, C.data(),
+                                                              s.N, false);
+        else
+          cpu::gemm<float, Eigen::RowMajor, Eigen::ColMajor>(s.M, s.N, s.K, A.data(), s.K, B.data(), s.K, C.data(),
+                                                              s.N, false);
+      };
+      for_each_bf16_engine([&](const char* engine) {
+        INFO("engine: " << engine << ", M " << s.M << " N " << s.N << (row_b ? ", B row-major" : ", B read transposed"));
+        std::vector<float> team, one, inside;
+        product(team);
 #ifdef _OPENMP
-    const int threads = omp_get_max_threads();
-    omp_set_num_threads(1);
+        const int threads = omp_get_max_threads();
+        omp_set_num_threads(1);
+        product(one);
+        omp_set_num_threads(threads);
+        // (with one thread granted the region is inactive and the team path runs: still the same bits)
+#pragma omp parallel num_threads(2)
+#pragma omp single
+        product(inside);
+#else
+        product(one);
+        product(inside);
 #endif
-    cpu::gemm<float, Eigen::RowMajor, Eigen::ColMajor>(M, N, K, A.data(), K, B.data(), K, C2.data(), N, false);
-#ifdef _OPENMP
-    omp_set_num_threads(threads);
-#endif
-    CHECK(std::memcmp(C1.data(), C2.data(), C1.size() * sizeof(float)) == 0);
-  });
+        CHECK(std::memcmp(team.data(), one.data(), team.size() * sizeof(float)) == 0);
+        CHECK(std::memcmp(team.data(), inside.data(), team.size() * sizeof(float)) == 0);
+      });
+    }
+  }
 }
 
 // An activation kept in bf16 (the MLP's act in a bf16 model) must give the

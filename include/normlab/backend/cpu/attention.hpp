@@ -79,7 +79,7 @@ void attention_backward_heads_on(float* dq, float* dk_, float* dv, const float* 
 }
 
 // Under Precision::bf16 (q, k, v then float32, or kept in bf16: TQ) on a bf16
-// engine, the tile unit's where amx::available(), else float32's.
+// engine: the tile unit's where amx::available(), else AVX-512 BF16's; else float32's.
 template <class TQ>
 void attention_forward_heads(float* y, float* lse, const TQ* q, const TQ* k, const TQ* v, std::int64_t B,
                              std::int64_t seq, std::int64_t H, std::int64_t dk, float scale, std::int64_t window,

@@ -8,7 +8,8 @@
 // is how the 64 × 64 × dk block products run: the operands that every block
 // pair reuses (K and V of the head, Q and dY of the query block) are packed
 // once into micro-kernel panels, and each block product is a handful of 8 × 32
-// micro-tiles (sgemm_avx512.hpp) with no per-call packing of the big operands;
+// micro-tiles (sgemm_avx512.hpp; 32 × 32 tile blocks on AMX) with no per-call
+// packing of the big operands;
 // only the probabilities P and dS, new for each block pair, are packed. Generic
 // small GEMMs (OpenBLAS's) spent ~40% of attention's time re-packing K and V.
 //

@@ -241,7 +241,8 @@ inline std::int64_t slab_pairs(std::int64_t kn) { return round_up((kn + 1) / 2, 
 // op(B)'s slab already packed whole (pack_b over its N columns, column c at
 // packedB + c·slab_pairs(kn)): what gemm computes for those rows and that slab,
 // the same bits. add: C += (the first slab of a product that does not
-// accumulate: false). packA: this thread's scratch (avx512::kPackFloats).
+// accumulate: false). pack: this thread's packing scratch (avx512::kPackFloats),
+// for A's rows here and for B's columns in gemm_slab_columns.
 template <bool kRowA, class TA>
 NORMLAB_AMX_TARGET void gemm_slab_rows(std::int64_t i0, std::int64_t m, std::int64_t N, std::int64_t k0,
                                        std::int64_t kn, const TA* A, std::int64_t lda, const std::uint32_t* packedB,

@@ -309,11 +309,11 @@ void for_each_piece(std::int64_t M, std::int64_t N, Piece&& piece) {
 
 #if defined(NORMLAB_HAVE_BF16GEMM_AMX)
 // A large bf16 product on the tile unit, whose packing is not quick beside its products:
-// for_each_piece's pieces each packed their shared operand again (a weight 4 times per product
-// at N = 2048 rows). Here the team packs its K-slab once, in parts; C's pieces (for_each_piece's,
-// on 32-row blocks), handed out dynamically, read it. Each piece runs amx::gemm's arithmetic for
-// its rows or columns: the same bits as one serial product, for any thread count. Implicit
-// barriers: a slab is packed before it is read, and read before the next is packed.
+// for_each_piece's pieces each packed their shared operand again (a weight 4 times per product at
+// N = 2048 rows). Here the team packs its K-slab once, in parts (min(M, N) × 256 pairs at most); C's
+// pieces (as many as for_each_piece's, on 32-row blocks), handed out dynamically, read it. Each runs
+// amx::gemm's arithmetic for its rows or columns: the same bits as one serial product, for any thread
+// count. Implicit barriers: a slab is packed before it is read, and read before the next is packed.
 template <bool kRowA, bool kRowB, class TA, class TB>
 void amx_shared_gemm(std::int64_t M, std::int64_t N, std::int64_t K, const TA* A, std::int64_t lda, const TB* B,
                      std::int64_t ldb, float* C, std::int64_t ldc, bool accumulate, float alpha) {
