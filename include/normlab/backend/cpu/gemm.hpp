@@ -243,7 +243,7 @@ void serial_sgemm(std::int64_t M, std::int64_t N, std::int64_t K, const float* A
                   std::int64_t ldb, float* C, std::int64_t ldc, bool accumulate, float alpha) {
 #if defined(NORMLAB_HAVE_SGEMM_AVX512)
 #if defined(NORMLAB_HAVE_BF16GEMM_AVX512)
-  // In bf16 every product, small ones too, rounds its operands the same way.
+  // In bf16 every product, small ones too, rounds its operands the same way (gram's pieces come here).
   if (bf16_products)
     return serial_bf16_gemm<LhsOrder == Eigen::RowMajor, RhsOrder == Eigen::RowMajor>(M, N, K, A, lda, B, ldb, C, ldc,
                                                                                      accumulate, alpha);
@@ -265,15 +265,11 @@ void serial_sgemm(std::int64_t M, std::int64_t N, std::int64_t K, const float* A
 #endif
 }
 
-// A large product's C in fixed pieces along its longer side, handed out
-// dynamically to the OpenMP team: a thread on a slower (or busier) core takes
-// fewer. The pieces depend on the shape only (one thread runs the same pieces
-// in turn) and each is one serial product, so C has the same bits for any
-// thread count. Each piece packs the other operand again: pieces of ≥ 512
-// rows (or columns) where the shape allows keep that to a few % of the work.
-// Pieces are whole micro-tiles of the engine's kernel where it has them (the
-// AVX-512 kernel's 14 × 32: a 128-row piece would compute 140 rows).
-// piece(split_rows, first, count).
+// A large product's C in fixed pieces along its longer side, handed out dynamically to the OpenMP
+// team: a thread on a slower (or busier) core takes fewer. The pieces depend on the shape only and
+// each is one serial product: the same bits for any thread count. Each packs the other operand
+// again (a few % of the work in pieces of ≥ 512 rows; the tile unit's team product packs it once).
+// Pieces are whole micro-tiles of the engine's kernel (AVX-512's 14 × 32). piece(split_rows, first, count).
 template <class Piece>
 void for_each_piece(std::int64_t M, std::int64_t N, Piece&& piece) {
   const bool split_rows = M >= N;
@@ -308,12 +304,10 @@ void for_each_piece(std::int64_t M, std::int64_t N, Piece&& piece) {
 }
 
 #if defined(NORMLAB_HAVE_BF16GEMM_AMX)
-// A large bf16 product on the tile unit, whose packing is not quick beside its products:
-// for_each_piece's pieces each packed their shared operand again (a weight 4 times per product at
-// N = 2048 rows). Here the team packs its K-slab once, in parts (min(M, N) × 256 pairs at most); C's
-// pieces (as many as for_each_piece's, on 32-row blocks), handed out dynamically, read it. Each runs
-// amx::gemm's arithmetic for its rows or columns: the same bits as one serial product, for any thread
-// count. Implicit barriers: a slab is packed before it is read, and read before the next is packed.
+// A large bf16 product on the tile unit, where packing is not quick beside the products: the team packs
+// the shared operand's K-slab once, in parts (min(M, N) × 256 pairs at most), not once per piece; C's
+// pieces (as for_each_piece's, on 32-row blocks), handed out dynamically, read it with amx::gemm's
+// arithmetic: one serial product's bits for any thread count. Then every bf16 product's dispatch.
 template <bool kRowA, bool kRowB, class TA, class TB>
 void amx_shared_gemm(std::int64_t M, std::int64_t N, std::int64_t K, const TA* A, std::int64_t lda, const TB* B,
                      std::int64_t ldb, float* C, std::int64_t ldc, bool accumulate, float alpha) {
@@ -349,6 +343,27 @@ void amx_shared_gemm(std::int64_t M, std::int64_t N, std::int64_t K, const TA* A
       }
     }
   }
+}
+#endif
+
+#if defined(NORMLAB_HAVE_BF16GEMM_AVX512)
+// Every bf16 product (M, N, K > 0; operands float32 or kept in bf16): serial in a region or when small.
+template <bool kRowA, bool kRowB, class TA, class TB>
+void bf16_product(std::int64_t M, std::int64_t N, std::int64_t K, const TA* A, std::int64_t lda, const TB* B,
+                  std::int64_t ldb, float* C, std::int64_t ldc, bool accumulate, float alpha) {
+  if (in_parallel() || double(M) * double(N) * double(K) <= double(1 << 18))
+    return serial_bf16_gemm<kRowA, kRowB, TA, TB>(M, N, K, A, lda, B, ldb, C, ldc, accumulate, alpha);
+#if defined(NORMLAB_HAVE_BF16GEMM_AMX)
+  if (amx::available()) return amx_shared_gemm<kRowA, kRowB>(M, N, K, A, lda, B, ldb, C, ldc, accumulate, alpha);
+#endif
+  for_each_piece(M, N, [&](bool split_rows, std::int64_t b, std::int64_t n) {
+    if (split_rows)
+      serial_bf16_gemm<kRowA, kRowB, TA, TB>(n, N, K, kRowA ? A + b * lda : A + b, lda, B, ldb, C + b * ldc, ldc,
+                                             accumulate, alpha);
+    else
+      serial_bf16_gemm<kRowA, kRowB, TA, TB>(M, n, K, A, lda, kRowB ? B + b : B + b * ldb, ldb, C + b, ldc,
+                                             accumulate, alpha);
+  });
 }
 #endif
 }  // namespace detail
@@ -387,17 +402,17 @@ void gemm(std::int64_t M, std::int64_t N, std::int64_t K, const T* A, std::int64
   // Empty products (nothing to do, or C = 0 when K = 0) take the Eigen path's handling below.
   if constexpr (std::is_same_v<T, float>) {
     if (M > 0 && N > 0 && K > 0) {
+#if defined(NORMLAB_HAVE_BF16GEMM_AVX512)
+      if (detail::bf16_products)
+        return detail::bf16_product<LhsOrder == Eigen::RowMajor, RhsOrder == Eigen::RowMajor, float, float>(
+            M, N, K, A, lda, B, ldb, C, ldc, accumulate, alpha);
+#endif
       // Inside a region (attention's per-head loops) the calling thread does it all.
       if (in_parallel())
         return detail::serial_sgemm<LhsOrder, RhsOrder>(M, N, K, A, lda, B, ldb, C, ldc, accumulate, alpha);
       // Small products (≤ 2^18 multiply-adds, OpenBLAS's own threading threshold): one call.
       if (double(M) * double(N) * double(K) <= double(1 << 18))
         return detail::serial_sgemm<LhsOrder, RhsOrder>(M, N, K, A, lda, B, ldb, C, ldc, accumulate, alpha);
-#if defined(NORMLAB_HAVE_BF16GEMM_AMX)
-      if (detail::bf16_products && amx::available())
-        return detail::amx_shared_gemm<LhsOrder == Eigen::RowMajor, RhsOrder == Eigen::RowMajor>(
-            M, N, K, A, lda, B, ldb, C, ldc, accumulate, alpha);
-#endif
       detail::for_each_piece(M, N, [&](bool split_rows, std::int64_t b, std::int64_t n) {
         if (split_rows) {
           const float* Ap = LhsOrder == Eigen::RowMajor ? A + b * lda : A + b;
@@ -419,11 +434,9 @@ void gemm(std::int64_t M, std::int64_t N, std::int64_t K, const T* A, std::int64
 // products run in bf16, whose engine rounds the float32 operand as it packs.
 inline bool bf16_stored_operands() { return detail::bf16_products; }
 
-// gemm's bf16 product with operand A or B (TA, TB) stored in bf16, rounded
-// from float32 with avx512::bf16::round_to_bf16: the same pieces and panels
-// as gemm on the float32 values, so C has the same bits. Only while
-// bf16_stored_operands(); the layouts the engines pack from bf16 (A either
-// way, B row-major).
+// gemm's bf16 product with operand A or B (TA, TB) stored in bf16, rounded with round_to_bf16: gemm's
+// path on the float32 values (detail::bf16_product), packed to the same words: the same bits. Only while
+// bf16_stored_operands(); the layouts the engines pack from bf16 (A either way, B row-major).
 template <int LhsOrder, int RhsOrder, class TA, class TB>
 void gemm_bf16_stored(std::int64_t M, std::int64_t N, std::int64_t K, const TA* A, std::int64_t lda, const TB* B,
                       std::int64_t ldb, float* C, std::int64_t ldc, bool accumulate, float alpha = 1.0f) {
@@ -433,21 +446,8 @@ void gemm_bf16_stored(std::int64_t M, std::int64_t N, std::int64_t K, const TA* 
       for (std::int64_t i = 0; i < M; ++i) std::fill_n(C + i * ldc, N, 0.0f);
     return;
   }
-  constexpr bool kRowA = LhsOrder == Eigen::RowMajor, kRowB = RhsOrder == Eigen::RowMajor;
-  auto serial = [&](std::int64_t m, std::int64_t n, const TA* a, const TB* b, float* c) {
-    detail::serial_bf16_gemm<kRowA, kRowB, TA, TB>(m, n, K, a, lda, b, ldb, c, ldc, accumulate, alpha);
-  };
-  if (in_parallel() || double(M) * double(N) * double(K) <= double(1 << 18)) return serial(M, N, A, B, C);
-#if defined(NORMLAB_HAVE_BF16GEMM_AMX)
-  if (amx::available())
-    return detail::amx_shared_gemm<kRowA, kRowB>(M, N, K, A, lda, B, ldb, C, ldc, accumulate, alpha);
-#endif
-  detail::for_each_piece(M, N, [&](bool split_rows, std::int64_t b, std::int64_t n) {
-    if (split_rows)
-      serial(n, N, LhsOrder == Eigen::RowMajor ? A + b * lda : A + b, B, C + b * ldc);
-    else
-      serial(M, n, A, RhsOrder == Eigen::RowMajor ? B + b : B + b * ldb, C + b);
-  });
+  detail::bf16_product<LhsOrder == Eigen::RowMajor, RhsOrder == Eigen::RowMajor, TA, TB>(M, N, K, A, lda, B, ldb, C,
+                                                                                       ldc, accumulate, alpha);
 }
 
 // dst = src rounded to bf16 (the packing's rounding), in parallel chunks.
