@@ -13,6 +13,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <string_view>
 #include <random>
 #include <string>
 #include <vector>
@@ -685,15 +686,21 @@ TEMPLATE_LIST_TEST_CASE("bf16: every variant's loss and gradients against the fl
     const auto plan16 = M32::memory_plan(mc, B, seq);
     using Scheme = typename M32::scheme;
     // N×C buffers halved: attention's output y, the RMSNorm outputs, and per layer qa, ka and v where
-    // the q/k site is RoPE alone (as many kv heads as query heads here).
+    // the q/k site's backward reads none of them, RoPE alone or nGPT's unit_scaled (as many kv heads
+    // as query heads here); unit_scaled then also writes qa, ka over forward's scratch q, k instead
+    // of keeping its own float32 copies (two N×C buffers per layer dropped).
+    const std::string_view qk = Scheme::qk::name;
+    const bool qk_unit = qk == "unit_scaled";
     const std::size_t nc_buffers = std::size_t(mc.n_layer) +
                                    (std::is_same_v<typename Scheme::input_norm, rms_norm> ? 2 * mc.n_layer : 0) +
                                    (std::is_same_v<typename Scheme::final_norm, rms_norm> ? 1 : 0) +
-                                   (std::is_same_v<typename Scheme::qk, qk_rope> ? 3 * mc.n_layer : 0);
+                                   (qk == "rope" || qk_unit ? 3 * mc.n_layer : 0);
+    const std::size_t nc_dropped = qk_unit ? 2 * mc.n_layer : 0;
     REQUIRE(N * F % 16 == 0);  // whole 64-byte lines: no arena padding in the sums below
     const std::size_t duv = std::size_t(N * F + N * UV - std::max(N * UV, N * F + N * UV / 2));
     CHECK(plan32.activations - plan16.activations ==
-          (std::size_t(mc.n_layer) * (half(N * F) + half(N * UV)) + nc_buffers * half(N * mc.n_embd) + duv) *
+          (std::size_t(mc.n_layer) * (half(N * F) + half(N * UV)) + nc_buffers * half(N * mc.n_embd) +
+           nc_dropped * std::size_t(N * mc.n_embd) + duv) *
               sizeof(float));
     auto m32s = std::make_unique<M32>(mc, B, seq);
     CHECK(m32s->stores_act_bf16());

@@ -89,7 +89,11 @@ inline void Transformer<T, Scheme, Residual, Backend>::layout(Arena<T>& ar) {
       a.k = ar.take(N * KV);
       a.v = ar.take(N * KV);
     }
-    a.qk.bind(ar, N, cfg_);
+    if constexpr (kQkvBf16 && requires { a.qk.bind_bf16(ar, N, cfg_); })
+      if (qkv_bf16()) a.qk.bind_bf16(ar, N, cfg_);
+      else a.qk.bind(ar, N, cfg_);
+    else
+      a.qk.bind(ar, N, cfg_);
     a.lse = ar.take(N * H);
     if (y_bf16())
       a.y16 = ar.take_bf16(N * C);

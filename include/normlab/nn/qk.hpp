@@ -8,7 +8,10 @@
 //                          the projections' outputs on return (in place)
 // Optional: `static constexpr bool backward_reads_qk = false` where backward
 // reads neither q, k nor qa/ka: a bf16 run then keeps what attention reads
-// (qa, ka and v) in bf16 only, forward's q and k being scratch.
+// (qa, ka and v) in bf16 only, forward's q and k being scratch. Such a site may
+// also have `bind_bf16(arena, N, cfg)`, which that run calls instead of bind:
+// qa/ka are then written over q, k (read only until the model rounds them), so
+// the site binds just what its backward reads.
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -109,10 +112,12 @@ struct qk_unit_scaled {
   static constexpr std::string_view name = "unit_scaled";
   template <class T, class Backend>
   struct site {
+    static constexpr bool backward_reads_qk = false;  // backward reads qh, kh and the norms alone
     ScaleParam<T, K> sqk;
     T *qh = nullptr, *kh = nullptr;  // (N, C) per-head unit vectors
     T *qn = nullptr, *kn = nullptr;  // (N, H) per-head norms
     T *qs = nullptr, *ks = nullptr;  // (N, C) s_qk ⊙ unit: what attention sees
+    bool qa_over_q = false;          // bound by bind_bf16: qs, ks are forward's q, k
     void declare(ParamStore<T>& p, const std::string& prefix, const ModelConfig& cfg) {
       require_full_kv(cfg, name);
       sqk.declare(p, prefix + "sqk", cfg.n_embd, cfg.base_scale);
@@ -125,8 +130,19 @@ struct qk_unit_scaled {
       qs = ar.take(N * cfg.n_embd);
       ks = ar.take(N * cfg.n_embd);
     }
+    void bind_bf16(Arena<T>& ar, std::int64_t N, const ModelConfig& cfg) {
+      qh = ar.take(N * cfg.n_embd);
+      kh = ar.take(N * cfg.n_embd);
+      qn = ar.take(N * cfg.n_head);
+      kn = ar.take(N * cfg.n_head);
+      qa_over_q = true;
+    }
     double k_const(const StepContext<T>& c) const { return c.cfg->sqk_init / c.cfg->base_scale; }
     void forward(StepContext<T>& c, T* q, T* k) {
+      if (qa_over_q) {  // the fused pass reads each value before it writes s_qk ⊙ unit over it
+        qs = q;
+        ks = k;
+      }
       sqk.template effective<Backend>(c, k_const(c), c.C(), c.scale_tmp);
       Backend::rope_l2norm_scale_forward(q, qh, qn, qs, c.scale_tmp, c.rope_cos, c.rope_sin, c.B, c.seq, c.H(), c.D(),
                                          c.pos0);

@@ -128,7 +128,8 @@ void rope_apply(T* x, const T* cosv, const T* sinv, std::int64_t B, std::int64_t
 // Per token row (C = H·dk) at position pos0 + t: RoPE in place on x (x keeps
 // the rotated values), then per head xh = x/‖x‖ (norm saved) and xs = xh ⊙ s.
 // One pass over the row instead of three (rope_apply, l2norm_rows_forward,
-// scale_columns), with the same arithmetic.
+// scale_columns), with the same arithmetic. xs may alias x: each value is read
+// before its scaled unit value is written over it.
 template <class T>
 void rope_l2norm_scale_forward(T* x, T* xh, T* norm, T* xs, const T* s, const T* cosv, const T* sinv,
                                std::int64_t B, std::int64_t seq, std::int64_t H, std::int64_t dk,
