@@ -671,10 +671,11 @@ TEMPLATE_LIST_TEST_CASE("bf16: every variant's loss and gradients against the fl
     m32.backward();
   }
   // Built under bf16 products, a float32 model keeps its MLP activations (uv
-  // and act), attention's output y, the outputs of its RMSNorm input and final norms, and the
+  // and act), attention's output y, the outputs of its RMSNorm input and final
+  // norms, the branch outputs its residual rule's backward reads, and the
   // backward's d_uv (forward's float32 uv spanning d_act and d_uv), in bf16:
-  // the plan is smaller by half of those buffers, the loss
-  // and every gradient have the bits of m32 (built under fp32, its uv rounded
+  // the plan is smaller by half of those buffers, the loss and every gradient
+  // have the bits of m32 (built under fp32, its uv and branch outputs rounded
   // in place), and the model refuses to run under fp32.
   {
     using M32 = typename TestType::template model<float>;
@@ -691,11 +692,15 @@ TEMPLATE_LIST_TEST_CASE("bf16: every variant's loss and gradients against the fl
     // of keeping its own float32 copies (two N×C buffers per layer dropped).
     const std::string_view qk = Scheme::qk::name;
     const bool qk_unit = qk == "unit_scaled";
-    const std::size_t nc_buffers = std::size_t(mc.n_layer) +
+    std::size_t nc_buffers = std::size_t(mc.n_layer) +
                                    (std::is_same_v<typename Scheme::input_norm, rms_norm> ? 2 * mc.n_layer : 0) +
                                    (std::is_same_v<typename Scheme::final_norm, rms_norm> ? 1 : 0) +
                                    (qk == "rope" || qk_unit ? 3 * mc.n_layer : 0);
     const std::size_t nc_dropped = qk_unit ? 2 * mc.n_layer : 0;
+    // and the branch outputs a_raw, m_raw where the output norms are the identity and the residual
+    // rule's backward reads them (every rule here but residual_add), kept for it in bf16.
+    const bool rule_reads_branch = !requires { requires !M32::residual::backward_reads_branch; };
+    if (rule_reads_branch && is_identity_norm<typename Scheme::output_norm>) nc_buffers += 2 * mc.n_layer;
     REQUIRE(N * F % 16 == 0);  // whole 64-byte lines: no arena padding in the sums below
     const std::size_t duv = std::size_t(N * F + N * UV - std::max(N * UV, N * F + N * UV / 2));
     CHECK(plan32.activations - plan16.activations ==

@@ -99,7 +99,10 @@ inline void Transformer<T, Scheme, Residual, Backend>::layout(Arena<T>& ar) {
       a.y16 = ar.take_bf16(N * C);
     else
       a.y = ar.take(N * C);
-    if constexpr (!kBranchInScratch) a.a_raw = ar.take(N * C);
+    if constexpr (!kBranchInScratch) {
+      if (branch_bf16()) a.a_raw16 = ar.take_bf16(N * C);
+      else a.a_raw = ar.take(N * C);
+    }
     a.out_att.bind(ar, N, C);
     a.res_att.bind(ar, N, C);
     a.h_mid = ar.take(N * C);
@@ -111,7 +114,10 @@ inline void Transformer<T, Scheme, Residual, Backend>::layout(Arena<T>& ar) {
       a.act16 = ar.take_bf16(N * F);
     else
       a.act = ar.take(N * F);
-    if constexpr (!kBranchInScratch) a.m_raw = ar.take(N * C);
+    if constexpr (!kBranchInScratch) {
+      if (branch_bf16()) a.m_raw16 = ar.take_bf16(N * C);
+      else a.m_raw = ar.take(N * C);
+    }
     a.out_mlp.bind(ar, N, C);
     a.res_mlp.bind(ar, N, C);
   }

@@ -119,6 +119,20 @@ class Transformer {
   // until the residual joins them: in backward's scratch, every precision.
   static constexpr bool kBranchInScratch =
       is_identity_norm<typename Scheme::output_norm> && requires { requires !Residual::backward_reads_branch; };
+  // Where the output norms are the identity and the residual rule's backward
+  // reads the branch output f, the bf16 method keeps f for backward as bf16
+  // values: forward's residual reads f in float32, backward's reads it rounded
+  // in every model of a bf16 run (stored in bf16, f computed in backward's
+  // scratch first, by a float32 model built under bf16 products and widened
+  // for the rule; rounded in place by one built before, and by the oracle).
+  static constexpr bool kRoundsBranch =
+      is_identity_norm<typename Scheme::output_norm> && !kBranchInScratch && requires(T* t, std::int64_t n) {
+        { Backend::stores_bf16() } -> std::convertible_to<bool>;
+        Backend::round_to_bf16_in_place(t, n);
+      };
+  static constexpr bool kBranchBf16 =
+      kBf16Storage && kRoundsBranch &&
+      requires(float* y, const bfloat16* h, std::int64_t n) { Backend::widen_bf16(y, h, n); };
   // A norm site whose output only products read may keep it in bf16 (its
   // optional bind_bf16/forward_bf16, nn/norms.hpp): a bf16-storing model then
   // keeps the input and final norms' outputs so, with the same bits.
@@ -298,7 +312,8 @@ class Transformer {
     T* lse = nullptr;    // (B,H,T) log-sum-exp of each attention row
     T* y = nullptr;      // (N,C) heads concatenated, or nullptr when y is kept in bf16:
     bfloat16* y16 = nullptr;  // (N,C) y in bf16 (y_bf16())
-    T* a_raw = nullptr;  // (N,C) c_att · y W_oᵀ (null where kBranchInScratch)
+    T* a_raw = nullptr;  // (N,C) c_att · y W_oᵀ (null where kBranchInScratch or kept in bf16:)
+    bfloat16* a_raw16 = nullptr;  // (N,C) a_raw in bf16 (branch_bf16())
     OutputNorm out_att;  // a = output_norm(a_raw)
     const T* a = nullptr;
     ResidualSite res_att;
@@ -312,6 +327,7 @@ class Transformer {
     T* act = nullptr;    // (N,F), or nullptr when act is stored in bf16:
     bfloat16* act16 = nullptr;  // (N,F) act in bf16 (act_bf16_)
     T* m_raw = nullptr;  // (N,C) c_mlp · act W_projᵀ (as a_raw)
+    bfloat16* m_raw16 = nullptr;  // (N,C) as a_raw16
     OutputNorm out_mlp;  // m = output_norm(m_raw)
     const T* m = nullptr;
     ResidualSite res_mlp;
@@ -480,6 +496,12 @@ class Transformer {
       if (y16) return f(y16);
     f(y);
   }
+
+  bool branch_bf16() const { return kBranchBf16 && act_bf16_; }
+  // After the residual read the branch output f: f kept as the bf16 method keeps it (kRoundsBranch).
+  void keep_branch(bfloat16* kept, T* f, std::int64_t n);
+  // The branch output as the residual's backward reads it.
+  const T* kept_branch(const bfloat16* kept, const T* f, std::int64_t n);
 
   // Whether this forward rounds uv (the bf16 method; see kRoundsUv).
   bool rounds_uv_now() const {

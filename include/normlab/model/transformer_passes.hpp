@@ -71,13 +71,14 @@ inline void Transformer<T, Scheme, Residual, Backend>::layer_forward(std::int64_
                                cfg_.attn_window);
   }
   // The scheme's output factor (1 for most) is the GEMM's alpha.
-  T* a_raw = kBranchInScratch ? d_work_ : a.a_raw;
+  T* a_raw = kBranchInScratch || branch_bf16() ? d_work_ : a.a_raw;
   if constexpr (kYBf16)
     if (y_bf16() && !cache) Backend::round_to_bf16(a.y16, static_cast<const T*>(y), N * C);
   Backend::linear_forward(a_raw, static_cast<const T*>(y), P(w.wo), N, C, C, false, T(attn_factor_));
   add_bias(a_raw, w.bo, N, C);
   a.a = a.out_att.forward(c, a_raw, N, C);
   a.res_att.forward(c, a.h_mid, a.h_in, a.a, N, C);
+  if (!cache) keep_branch(a.a_raw16, a_raw, N * C);
   // ---- MLP
   norm_forward(a.in_mlp, a.xm, a.xm16, a.h_mid, N, C);
   // Stored in bf16, uv and act are computed in backward's scratch first (uv_f32_, d_act_).
@@ -85,13 +86,14 @@ inline void Transformer<T, Scheme, Residual, Backend>::layer_forward(std::int64_
   with_normed(a.xm, a.xm16, [&](auto x) { Backend::linear_forward(uv, x, P(w.wfc), N, C, UV); });
   add_bias(uv, w.bfc, N, UV);
   mlp_activation_forward(c, a, uv, N, F);
-  T* m_raw = kBranchInScratch ? d_work_ : a.m_raw;
+  T* m_raw = kBranchInScratch || branch_bf16() ? d_work_ : a.m_raw;
   with_stored_act(a, [&](auto act) {
     Backend::linear_forward(m_raw, act, P(w.wproj), N, F, C, false, T(mlp_factor_));
   });
   add_bias(m_raw, w.bproj, N, C);
   a.m = a.out_mlp.forward(c, m_raw, N, C);
   a.res_mlp.forward(c, h_out, a.h_mid, a.m, N, C);
+  if (!cache) keep_branch(a.m_raw16, m_raw, N * C);
   if constexpr (kBranchInScratch) a.a = a.m = nullptr;  // not kept: backward reads neither
 }
 
@@ -112,6 +114,32 @@ void Transformer<T, Scheme, Residual, Backend>::mlp_activation_forward(StepConte
     if (!uv_bf16() && rounds_uv_now()) Backend::round_to_bf16_in_place(a.uv, N * UV);
   if constexpr (kBf16Storage)
     if (act_bf16_) Backend::round_to_bf16(a.act16, static_cast<const T*>(d_act_), N * F);
+}
+
+// Kept in bf16 (a float32 model built under bf16 products), or rounded in place
+// (one built before, and the float64 oracle), or as it is (fp32).
+template <class T, NormScheme Scheme, ResidualRule Residual, class Backend>
+void Transformer<T, Scheme, Residual, Backend>::keep_branch(bfloat16* kept, T* f, std::int64_t n) {
+  if constexpr (kBranchBf16)
+    if (branch_bf16()) return Backend::round_to_bf16(kept, static_cast<const T*>(f), n);
+  if constexpr (kRoundsBranch) {
+    bool now = false;
+    if constexpr (std::is_same_v<T, float>) now = Backend::stores_bf16();
+    else now = Backend::precision() == Precision::bf16;
+    if (now) Backend::round_to_bf16_in_place(f, n);
+  }
+}
+
+// Kept in bf16, f is widened into the start of backward's scratch region, free
+// while a residual's backward runs.
+template <class T, NormScheme Scheme, ResidualRule Residual, class Backend>
+const T* Transformer<T, Scheme, Residual, Backend>::kept_branch(const bfloat16* kept, const T* f, std::int64_t n) {
+  if constexpr (kBranchBf16)
+    if (branch_bf16()) {
+      Backend::widen_bf16(d_q_, kept, n);
+      return d_q_;
+    }
+  return f;
 }
 
 template <class T, NormScheme Scheme, ResidualRule Residual, class Backend>
@@ -204,7 +232,7 @@ void Transformer<T, Scheme, Residual, Backend>::backward(bool accumulate,
     const LayerOffsets& w = layers_[l];
     const T* h_out = block_output(l);
     // ---- MLP: residual, output norm, projection, activation, input projection, input norm
-    a.res_mlp.backward(c, d_h_, d_work_, d_h_, h_out, a.h_mid, a.m, N, C);
+    a.res_mlp.backward(c, d_h_, d_work_, d_h_, h_out, a.h_mid, kept_branch(a.m_raw16, a.m, N * C), N, C);
     const T* dm = a.out_mlp.backward(c, d_y_, d_work_, a.m_raw, N, C);
     bias_grad(w.bproj, dm, N, C);
     with_stored_act(a, [&](auto act) {
@@ -213,7 +241,7 @@ void Transformer<T, Scheme, Residual, Backend>::backward(bool accumulate,
     mlp_fc_backward(c, a, w, N, F);
     Backend::add_into(d_h_, a.in_mlp.backward(c, d_work_, d_x_, a.h_mid, N, C), N * C);
     // ---- attention: residual, output norm, projection, attention, q/k, projections, input norm
-    a.res_att.backward(c, d_h_, d_work_, d_h_, a.h_mid, a.h_in, a.a, N, C);
+    a.res_att.backward(c, d_h_, d_work_, d_h_, a.h_mid, a.h_in, kept_branch(a.a_raw16, a.a, N * C), N, C);
     const T* da = a.out_att.backward(c, d_x_, d_work_, a.a_raw, N, C);
     bias_grad(w.bo, da, N, C);
     with_stored_y(a, [&](auto y) {
