@@ -11,6 +11,8 @@
 #   bash scripts/fair-study.sh context     # gpt, ngpt, angpt at T = 64 and 1024 (same tokens a step, main's lrs)
 #   bash scripts/fair-study.sh precision   # gpt, gpt_qknorm, ngpt, angpt in bf16 beside fp32: 3 seeds, main's lrs
 #                                          #   (fp32 runs shared from main and others; gpt_qknorm's seeds 2, 3 added)
+#   bash scripts/fair-study.sh precision-v2  # precision again, both arms on one machine, with today's bf16
+#                                          #   method: precision_v2.md
 #   bash scripts/fair-study.sh conditioning  # normlab-diagnose --compare on main's checkpoints (seed 1)
 #   bash scripts/fair-study.sh conditioning-v2  # main-v2's seed-1 runs again, a checkpoint kept every 20% of
 #                                          #   training, each diagnosed with the embeddings counted over the tokens
@@ -41,13 +43,13 @@
 # DIR does not exist yet), so that rebuilding build/ meanwhile cannot touch a running study.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PIECE=${1:?"usage: bash scripts/fair-study.sh main|others|context|precision|conditioning|conditioning-v2|main-v2|budgets|cross|bpe|optimizers|timing|archive|restore"}
+PIECE=${1:?"usage: bash scripts/fair-study.sh main|others|context|precision|precision-v2|conditioning|conditioning-v2|main-v2|budgets|cross|bpe|optimizers|timing|archive|restore"}
 ROOT=runs/fair
 ARCHIVE=studies/fair
 # What a study keeps of a run for its report and a resumed study: the records, not the checkpoints.
 keep() { find "$1" \( -name summary.json -o -name metrics.jsonl -o -name args.txt -o -name step_time.json \
   -o -name ablation.json -o -name sweep.json -o -name recheck.json -o -name timing.json -o -name 'results*.md' -o -name '*.png' \
-  -o -name 'conditioning*.md' -o -name precision.md -o -name optimizers.md -o -name DIVERGED \) -type f; }
+  -o -name 'conditioning*.md' -o -name 'precision*.md' -o -name optimizers.md -o -name DIVERGED \) -type f; }
 case $PIECE in
   archive)
     [ -d "$ROOT" ] || { echo "fair-study: nothing in $ROOT to archive" >&2; exit 2; }
@@ -156,6 +158,20 @@ case $PIECE in
     /usr/bin/env python3 scripts/precision-table.py "$ROOT/precision_fp32" "$ROOT/precision_bf16" \
       gpt,gpt_qknorm,ngpt,angpt 1,2,3 > "$ROOT/precision.md"
     cat "$ROOT/precision.md" ;;
+  precision-v2)
+    # Both precisions again on one machine, with today's bf16 method, at precision's rates.
+    for p in main others; do
+      [ -f "$ROOT/$p/sweep.json" ] || { echo "fair-study: run '$p' first (its learning rates are used)" >&2; exit 2; }
+    done
+    lrs=$(lrs_of "$ROOT/main" gpt,ngpt,angpt),$(lrs_of "$ROOT/others" gpt_qknorm)
+    for p in bf16 fp32; do
+      # shellcheck disable=SC2046
+      TIMING_ROUNDS=0 ablate --variants gpt,gpt_qknorm,ngpt,angpt --seeds 1,2,3 --lrs "$lrs" \
+        --out "$ROOT/precision_${p}_v2" -- $(flags 256) --precision $p
+    done
+    /usr/bin/env python3 scripts/precision-table.py "$ROOT/precision_fp32_v2" "$ROOT/precision_bf16_v2" \
+      gpt,gpt_qknorm,ngpt,angpt 1,2,3 > "$ROOT/precision_v2.md"
+    cat "$ROOT/precision_v2.md" ;;
   conditioning)
     d=$ROOT/main
     "$BIN/normlab-diagnose" --compare "$d/gpt/seed1/ckpt.safetensors" "$d/ngpt/seed1/ckpt.safetensors" \
@@ -257,5 +273,5 @@ PY
       eval "ablate --out $ROOT/$p $(cat "$ROOT/$p/.rerun")" > /dev/null
       echo "fair-study: timed $p"
     done ;;
-  *) echo "fair-study: unknown piece '$PIECE' (main, others, context, precision, conditioning, conditioning-v2, main-v2, budgets, cross, bpe, optimizers, timing, archive, restore)" >&2; exit 2 ;;
+  *) echo "fair-study: unknown piece '$PIECE' (main, others, context, precision, precision-v2, conditioning, conditioning-v2, main-v2, budgets, cross, bpe, optimizers, timing, archive, restore)" >&2; exit 2 ;;
 esac
