@@ -143,35 +143,25 @@ case $PIECE in
       # shellcheck disable=SC2046
       ablate --variants gpt,ngpt,angpt --seeds 1 --lrs "$lrs" --out "$ROOT/ctx$T" -- $(flags "$T")
     done ;;
-  precision)
+  precision|precision-v2)
+    # precision-v2: both arms again, on one machine, with today's bf16 method (nothing shared).
+    sfx=; [ "$PIECE" = precision-v2 ] && sfx=_v2
     for p in main others; do
       [ -f "$ROOT/$p/sweep.json" ] || { echo "fair-study: run '$p' first (its learning rates and fp32 runs are used)" >&2; exit 2; }
     done
     lrs=$(lrs_of "$ROOT/main" gpt,ngpt,angpt),$(lrs_of "$ROOT/others" gpt_qknorm)
-    for v in gpt ngpt angpt; do for s in 1 2 3; do share "$ROOT/main" "$ROOT/precision_fp32" $v $s; done; done
-    share "$ROOT/others" "$ROOT/precision_fp32" gpt_qknorm 1
+    if [ -z "$sfx" ]; then
+      for v in gpt ngpt angpt; do for s in 1 2 3; do share "$ROOT/main" "$ROOT/precision_fp32" $v $s; done; done
+      share "$ROOT/others" "$ROOT/precision_fp32" gpt_qknorm 1
+    fi
     for p in fp32 bf16; do
       # shellcheck disable=SC2046
       TIMING_ROUNDS=0 ablate --variants gpt,gpt_qknorm,ngpt,angpt --seeds 1,2,3 --lrs "$lrs" \
-        --out "$ROOT/precision_$p" -- $(flags 256) --precision $p
+        --out "$ROOT/precision_$p$sfx" -- $(flags 256) --precision $p
     done
-    /usr/bin/env python3 scripts/precision-table.py "$ROOT/precision_fp32" "$ROOT/precision_bf16" \
-      gpt,gpt_qknorm,ngpt,angpt 1,2,3 > "$ROOT/precision.md"
-    cat "$ROOT/precision.md" ;;
-  precision-v2)
-    # Both precisions again on one machine, with today's bf16 method, at precision's rates.
-    for p in main others; do
-      [ -f "$ROOT/$p/sweep.json" ] || { echo "fair-study: run '$p' first (its learning rates are used)" >&2; exit 2; }
-    done
-    lrs=$(lrs_of "$ROOT/main" gpt,ngpt,angpt),$(lrs_of "$ROOT/others" gpt_qknorm)
-    for p in bf16 fp32; do
-      # shellcheck disable=SC2046
-      TIMING_ROUNDS=0 ablate --variants gpt,gpt_qknorm,ngpt,angpt --seeds 1,2,3 --lrs "$lrs" \
-        --out "$ROOT/precision_${p}_v2" -- $(flags 256) --precision $p
-    done
-    /usr/bin/env python3 scripts/precision-table.py "$ROOT/precision_fp32_v2" "$ROOT/precision_bf16_v2" \
-      gpt,gpt_qknorm,ngpt,angpt 1,2,3 > "$ROOT/precision_v2.md"
-    cat "$ROOT/precision_v2.md" ;;
+    /usr/bin/env python3 scripts/precision-table.py "$ROOT/precision_fp32$sfx" "$ROOT/precision_bf16$sfx" \
+      gpt,gpt_qknorm,ngpt,angpt 1,2,3 > "$ROOT/precision$sfx.md"
+    cat "$ROOT/precision$sfx.md" ;;
   conditioning)
     d=$ROOT/main
     "$BIN/normlab-diagnose" --compare "$d/gpt/seed1/ckpt.safetensors" "$d/ngpt/seed1/ckpt.safetensors" \
