@@ -671,12 +671,13 @@ TEMPLATE_LIST_TEST_CASE("bf16: every variant's loss and gradients against the fl
     m32.backward();
   }
   // Built under bf16 products, a float32 model keeps its MLP activations (uv
-  // and act), attention's output y, the outputs of its RMSNorm input and final
-  // norms, the branch outputs its residual rule's backward reads, and the
-  // backward's d_uv (forward's float32 uv spanning d_act and d_uv), in bf16:
-  // the plan is smaller by half of those buffers, the loss and every gradient
-  // have the bits of m32 (built under fp32, its uv and branch outputs rounded
-  // in place), and the model refuses to run under fp32.
+  // and act), attention's q, k, v and output y, the outputs of its RMSNorm
+  // input and final norms, the branch outputs its residual rule's backward
+  // reads, the rotated q, k a q/k site's backward reads, and the backward's d_uv
+  // (forward's float32 uv spanning d_act and d_uv), in bf16: the plan is smaller
+  // by half of those buffers, the loss and every gradient have the bits of m32
+  // (built under fp32, its uv, branch outputs and saved q, k rounded in place),
+  // and the model refuses to run under fp32.
   {
     using M32 = typename TestType::template model<float>;
     const std::int64_t N = B * seq, F = mc.ff_dim();
@@ -686,17 +687,20 @@ TEMPLATE_LIST_TEST_CASE("bf16: every variant's loss and gradients against the fl
     PrecisionScope bf16(Precision::bf16);
     const auto plan16 = M32::memory_plan(mc, B, seq);
     using Scheme = typename M32::scheme;
-    // N×C buffers halved: attention's output y, the RMSNorm outputs, and per layer qa, ka and v where
-    // the q/k site's backward reads none of them, RoPE alone or nGPT's unit_scaled (as many kv heads
-    // as query heads here); unit_scaled then also writes qa, ka over forward's scratch q, k instead
-    // of keeping its own float32 copies (two N×C buffers per layer dropped).
+    // N×C buffers halved: attention's output y, the RMSNorm outputs, and per layer q, k and v (as
+    // many kv heads as query heads here), kept in bf16 as attention reads them (qa, ka). Every
+    // built-in q/k site but RoPE then writes qa, ka over forward's scratch q, k instead of keeping
+    // float32 copies of its own (two N×C buffers per layer): unit_scaled keeps nothing in their
+    // place (its backward reads the unit vectors), QK-norm and scaled_only keep the rotated q, k
+    // their backward reads, in bf16 (two N×C buffers halved).
     const std::string_view qk = Scheme::qk::name;
-    const bool qk_unit = qk == "unit_scaled";
+    REQUIRE((qk == "rope" || qk == "unit_scaled" || qk == "rms_gain" || qk == "scaled_only"));
+    const bool qk_keeps_qk = qk == "rms_gain" || qk == "scaled_only";
     std::size_t nc_buffers = std::size_t(mc.n_layer) +
                                    (std::is_same_v<typename Scheme::input_norm, rms_norm> ? 2 * mc.n_layer : 0) +
                                    (std::is_same_v<typename Scheme::final_norm, rms_norm> ? 1 : 0) +
-                                   (qk == "rope" || qk_unit ? 3 * mc.n_layer : 0);
-    const std::size_t nc_dropped = qk_unit ? 2 * mc.n_layer : 0;
+                                   3 * mc.n_layer + (qk_keeps_qk ? 2 * mc.n_layer : 0);
+    const std::size_t nc_dropped = qk == "unit_scaled" ? 2 * mc.n_layer : 0;
     // and the branch outputs a_raw, m_raw where the output norms are the identity and the residual
     // rule's backward reads them (every rule here but residual_add), kept for it in bf16.
     const bool rule_reads_branch = !requires { requires !M32::residual::backward_reads_branch; };
@@ -719,7 +723,7 @@ TEMPLATE_LIST_TEST_CASE("bf16: every variant's loss and gradients against the fl
     // float32's rounding of T terms and of lse (1e-5; q, k from forward's overwritten scratch
     // would miss by O(1); float32 q, k against a bf16 lse by ~1e-3).
     const std::vector<float> probs = m32s->attention_probs(mc.n_layer - 1);
-    for (std::int64_t r = 0; std::is_same_v<typename Scheme::qk, qk_rope> && r < B * mc.n_head * seq; ++r) {
+    for (std::int64_t r = 0; r < B * mc.n_head * seq; ++r) {
       double sum = 0;
       for (std::int64_t t = 0; t < seq; ++t) sum += probs[std::size_t(r * seq + t)];
       INFO("probability row " << r);

@@ -18,6 +18,7 @@
 #include "normlab/nn/config.hpp"
 #include "normlab/nn/context.hpp"
 #include "normlab/nn/hooks.hpp"
+#include "normlab/nn/kept.hpp"
 #include "normlab/nn/params.hpp"
 #include "normlab/nn/policies.hpp"
 #include "normlab/tensor/tensor.hpp"
@@ -95,11 +96,14 @@ class Transformer {
   static constexpr bool kDuvBf16 =
       kKeepsInForward && requires(Activation& s, StepContext<T>& c, bfloat16* h, const T* a, const bfloat16* x,
                                   std::int64_t n) { s.backward(c, h, a, x, n, n); };
-  // A q/k site whose backward reads neither q, k nor qa/ka (nn/qk.hpp) lets a
-  // bf16-storing model keep qa, ka and v in bf16 alone: attention's products
-  // are then their only readers (the same bits). Not with grouped kv heads.
+  // A q/k site whose backward reads neither q, k nor qa/ka, or that keeps what
+  // it reads itself when bound by bind_bf16 (nn/qk.hpp), lets a bf16-storing
+  // model keep qa, ka and v in bf16 alone: attention's products are then their
+  // only readers (the same bits). Not with grouped kv heads.
   static constexpr bool kQkvBf16 =
-      kBf16Storage && requires { requires !Qk::backward_reads_qk; } &&
+      kBf16Storage &&
+      (requires { requires !Qk::backward_reads_qk; } ||
+       requires(Qk& s, Arena<T>& ar, std::int64_t n, const ModelConfig& cfg) { s.bind_bf16(ar, n, cfg); }) &&
       requires(float* y, const float* x, const bfloat16* h, std::int64_t n, float s) {
         Backend::attention_forward(y, y, h, h, h, n, n, n, n, s, n);
         Backend::attention_backward(y, y, y, x, x, x, h, h, h, n, n, n, n, s, n);
@@ -504,13 +508,7 @@ class Transformer {
   const T* kept_branch(const bfloat16* kept, const T* f, std::int64_t n);
 
   // Whether this forward rounds uv (the bf16 method; see kRoundsUv).
-  bool rounds_uv_now() const {
-    if constexpr (kRoundsUv) {
-      if constexpr (std::is_same_v<T, float>) return Backend::stores_bf16();
-      else return Backend::precision() == Precision::bf16;
-    }
-    return false;
-  }
+  bool rounds_uv_now() const { return kRoundsUv && bf16_method_now<T, Backend>(); }
 
   // A model whose act is kept in bf16 runs only while products read bf16.
   void check_storage() const {

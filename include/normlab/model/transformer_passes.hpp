@@ -94,7 +94,8 @@ inline void Transformer<T, Scheme, Residual, Backend>::layer_forward(std::int64_
   a.m = a.out_mlp.forward(c, m_raw, N, C);
   a.res_mlp.forward(c, h_out, a.h_mid, a.m, N, C);
   if (!cache) keep_branch(a.m_raw16, m_raw, N * C);
-  if constexpr (kBranchInScratch) a.a = a.m = nullptr;  // not kept: backward reads neither
+  // Not kept (backward reads neither), or kept in bf16 (a.a_raw16, a.m_raw16): forward's a, m were scratch.
+  if (kBranchInScratch || branch_bf16()) a.a = a.m = nullptr;
 }
 
 // The MLP's activation on the float32 uv just computed (in d_uv_ where uv is
@@ -122,12 +123,8 @@ template <class T, NormScheme Scheme, ResidualRule Residual, class Backend>
 void Transformer<T, Scheme, Residual, Backend>::keep_branch(bfloat16* kept, T* f, std::int64_t n) {
   if constexpr (kBranchBf16)
     if (branch_bf16()) return Backend::round_to_bf16(kept, static_cast<const T*>(f), n);
-  if constexpr (kRoundsBranch) {
-    bool now = false;
-    if constexpr (std::is_same_v<T, float>) now = Backend::stores_bf16();
-    else now = Backend::precision() == Precision::bf16;
-    if (now) Backend::round_to_bf16_in_place(f, n);
-  }
+  if constexpr (kRoundsBranch)
+    if (bf16_method_now<T, Backend>()) Backend::round_to_bf16_in_place(f, n);
 }
 
 // Kept in bf16, f is widened into the start of backward's scratch region, free

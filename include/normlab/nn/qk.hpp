@@ -8,10 +8,11 @@
 //                          the projections' outputs on return (in place)
 // Optional: `static constexpr bool backward_reads_qk = false` where backward
 // reads neither q, k nor qa/ka: a bf16 run then keeps what attention reads
-// (qa, ka and v) in bf16 only, forward's q and k being scratch. Such a site may
-// also have `bind_bf16(arena, N, cfg)`, which that run calls instead of bind:
-// qa/ka are then written over q, k (read only until the model rounds them), so
-// the site binds just what its backward reads.
+// (qa, ka and v) in bf16 only, forward's q and k being scratch. A site may also
+// have `bind_bf16(arena, N, cfg)`, which that run calls instead of bind: qa/ka
+// are then written over q, k (read only until the model rounds them) and the
+// site binds just what its backward reads, keeping any q, k it reads itself
+// (KeptForBackward, nn/kept.hpp); the model's q, k are scratch as above.
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -19,6 +20,7 @@
 
 #include "normlab/core/error.hpp"
 #include "normlab/nn/context.hpp"
+#include "normlab/nn/kept.hpp"
 #include "normlab/nn/params.hpp"
 #include "normlab/nn/scale.hpp"
 
@@ -60,15 +62,21 @@ struct qk_rope {
 };
 
 // GPT+ ("QK-norm"): RoPE, then RMSNorm over each head with a learned gain (dk)
-// for q and for k.
+// for q and for k. Its backward reads the rotated q, k: under bf16, rounded
+// (KeptForBackward; a bf16 run keeps them in bf16).
 struct qk_rms_gain {
   static constexpr std::string_view name = "rms_gain";
   template <class T, class Backend>
   struct site {
+    using Kept = KeptForBackward<T, Backend>;
+    static constexpr bool kKeepsBf16 = Kept::can_store && requires(T* d, const T* x, const bfloat16* h, std::int64_t n) {
+      Backend::rmsnorm_backward(d, d, x, h, x, x, n, n);
+    };
     std::size_t q_gain = 0, k_gain = 0;
-    T *q = nullptr, *k = nullptr;    // (N, C) after RoPE
+    Kept q, k;                       // (N, C), (N, KV) after RoPE
     T *qs = nullptr, *ks = nullptr;  // (N, C) RMSNorm(q) ⊙ g: what attention sees
     T *qn = nullptr, *kn = nullptr;  // (N, H) 1/rms per head
+    bool qa_over_q = false;          // bound by bind_bf16: qs, ks are forward's q, k
     void declare(ParamStore<T>& p, const std::string& prefix, const ModelConfig& cfg) {
       q_gain = p.add(prefix + "q_norm.weight", {cfg.head_dim()}, ParamRole::gain, NormAxis::none,
                      ParamInit::constant(1));
@@ -81,25 +89,52 @@ struct qk_rms_gain {
       qs = ar.take(N * cfg.n_embd);
       ks = ar.take(N * cfg.kv_dim());
     }
+    void bind_bf16(Arena<T>& ar, std::int64_t N, const ModelConfig& cfg)
+      requires kKeepsBf16
+    {
+      qn = ar.take(N * cfg.n_head);
+      kn = ar.take(N * cfg.kv_heads());
+      q.bind_bf16(ar, N * cfg.n_embd);
+      k.bind_bf16(ar, N * cfg.kv_dim());
+      qa_over_q = true;
+    }
     void forward(StepContext<T>& c, T* q_, T* k_) {
-      q = q_;
-      k = k_;
-      const std::int64_t D = c.D();
-      Backend::rope_apply(q, c.rope_cos, c.rope_sin, c.B, c.seq, c.H(), D, false, c.pos0);
-      Backend::rope_apply(k, c.rope_cos, c.rope_sin, c.B, c.seq, c.Hkv(), D, false, c.pos0);
-      Backend::rmsnorm_forward(qs, qn, q, c.P(q_gain), c.N() * c.H(), D, T(c.cfg->rmsnorm_eps));
-      Backend::rmsnorm_forward(ks, kn, k, c.P(k_gain), c.N() * c.Hkv(), D, T(c.cfg->rmsnorm_eps));
+      const std::int64_t D = c.D(), N = c.N();
+      Backend::rope_apply(q_, c.rope_cos, c.rope_sin, c.B, c.seq, c.H(), D, false, c.pos0);
+      Backend::rope_apply(k_, c.rope_cos, c.rope_sin, c.B, c.seq, c.Hkv(), D, false, c.pos0);
+      if (qa_over_q) {  // stored in bf16 before the norms write over q, k (in place, row by row)
+        q.keep(q_, N * c.C());
+        k.keep(k_, N * c.KV());
+        qs = q_;
+        ks = k_;
+      }
+      Backend::rmsnorm_forward(qs, qn, q_, c.P(q_gain), N * c.H(), D, T(c.cfg->rmsnorm_eps));
+      Backend::rmsnorm_forward(ks, kn, k_, c.P(k_gain), N * c.Hkv(), D, T(c.cfg->rmsnorm_eps));
+      if (!qa_over_q) {  // rounded in place (the bf16 method) only after the norms read them
+        q.keep(q_, N * c.C());
+        k.keep(k_, N * c.KV());
+      }
     }
     const T* qa() const { return qs; }
     const T* ka() const { return ks; }
     void backward(StepContext<T>& c, T* dq, T* dk, T* scratch) {
       const std::int64_t D = c.D(), N = c.N();
-      Backend::rmsnorm_backward(scratch, c.G(q_gain), dq, q, c.P(q_gain), qn, N * c.H(), D);
+      norm_backward(c, scratch, q_gain, dq, q, qn, N * c.H(), D);
       Backend::copy(dq, scratch, N * c.C());
-      Backend::rmsnorm_backward(scratch, c.G(k_gain), dk, k, c.P(k_gain), kn, N * c.Hkv(), D);
+      norm_backward(c, scratch, k_gain, dk, k, kn, N * c.Hkv(), D);
       Backend::copy(dk, scratch, N * c.KV());
       Backend::rope_apply(dq, c.rope_cos, c.rope_sin, c.B, c.seq, c.H(), D, true);
       Backend::rope_apply(dk, c.rope_cos, c.rope_sin, c.B, c.seq, c.Hkv(), D, true);
+    }
+
+   private:
+    static void norm_backward(StepContext<T>& c, T* dx, std::size_t gain, const T* dy, const Kept& x, const T* rstd,
+                              std::int64_t rows, std::int64_t D) {
+      if constexpr (kKeepsBf16)
+        if (x.stored)
+          return Backend::rmsnorm_backward(dx, c.G(gain), dy, static_cast<const bfloat16*>(x.stored), c.P(gain), rstd,
+                                           rows, D);
+      Backend::rmsnorm_backward(dx, c.G(gain), dy, static_cast<const T*>(x.values), c.P(gain), rstd, rows, D);
     }
   };
 };
@@ -165,15 +200,18 @@ struct qk_unit_scaled {
 };
 
 // Ablation: q ← s_qk ⊙ q, k ← s_qk ⊙ k after RoPE (the scale kept, the
-// normalization dropped).
+// normalization dropped). s_qk's gradient reads the rotated q, k: under bf16,
+// rounded (KeptForBackward; a bf16 run keeps them in bf16).
 template <ScaleKind K = ScaleKind::vector>
 struct qk_scaled_only {
   static constexpr std::string_view name = "scaled_only";
   template <class T, class Backend>
   struct site {
+    using Kept = KeptForBackward<T, Backend>;
     ScaleParam<T, K> sqk;
-    T *q = nullptr, *k = nullptr;    // (N, C) after RoPE
+    Kept q, k;                       // (N, C) after RoPE
     T *qs = nullptr, *ks = nullptr;  // (N, C) s_qk ⊙ q
+    bool qa_over_q = false;          // bound by bind_bf16: qs, ks are forward's q, k
     void declare(ParamStore<T>& p, const std::string& prefix, const ModelConfig& cfg) {
       require_full_kv(cfg, name);
       sqk.declare(p, prefix + "sqk", cfg.n_embd, cfg.base_scale);
@@ -182,25 +220,41 @@ struct qk_scaled_only {
       qs = ar.take(N * cfg.n_embd);
       ks = ar.take(N * cfg.n_embd);
     }
+    void bind_bf16(Arena<T>& ar, std::int64_t N, const ModelConfig& cfg)
+      requires Kept::can_store
+    {
+      q.bind_bf16(ar, N * cfg.n_embd);
+      k.bind_bf16(ar, N * cfg.n_embd);
+      qa_over_q = true;
+    }
     double k_const(const StepContext<T>& c) const { return c.cfg->sqk_init / c.cfg->base_scale; }
     void forward(StepContext<T>& c, T* q_, T* k_) {
-      q = q_;
-      k = k_;
-      Backend::rope_apply(q, c.rope_cos, c.rope_sin, c.B, c.seq, c.H(), c.D(), false, c.pos0);
-      Backend::rope_apply(k, c.rope_cos, c.rope_sin, c.B, c.seq, c.H(), c.D(), false, c.pos0);
-      sqk.template effective<Backend>(c, k_const(c), c.C(), c.scale_tmp);
-      Backend::scale_columns(qs, q, c.scale_tmp, c.N(), c.C());
-      Backend::scale_columns(ks, k, c.scale_tmp, c.N(), c.C());
+      const std::int64_t N = c.N(), C = c.C();
+      Backend::rope_apply(q_, c.rope_cos, c.rope_sin, c.B, c.seq, c.H(), c.D(), false, c.pos0);
+      Backend::rope_apply(k_, c.rope_cos, c.rope_sin, c.B, c.seq, c.H(), c.D(), false, c.pos0);
+      if (qa_over_q) {  // stored in bf16 before s_qk ⊙ q is written over q (element by element)
+        q.keep(q_, N * C);
+        k.keep(k_, N * C);
+        qs = q_;
+        ks = k_;
+      }
+      sqk.template effective<Backend>(c, k_const(c), C, c.scale_tmp);
+      Backend::scale_columns(qs, q_, c.scale_tmp, N, C);
+      Backend::scale_columns(ks, k_, c.scale_tmp, N, C);
+      if (!qa_over_q) {  // rounded in place (the bf16 method) only after the scaling read them
+        q.keep(q_, N * C);
+        k.keep(k_, N * C);
+      }
     }
     const T* qa() const { return qs; }
     const T* ka() const { return ks; }
-    void backward(StepContext<T>& c, T* dq, T* dk, T* /*scratch*/) {
+    void backward(StepContext<T>& c, T* dq, T* dk, T* scratch) {
       const std::int64_t N = c.N(), C = c.C();
       sqk.template effective<Backend>(c, k_const(c), C, c.scale_tmp);
       const T kk = T(k_const(c));
       Backend::fill(c.d_scale, C, T(0));
-      Backend::column_dot_accumulate(c.d_scale, dq, q, N, C, kk);
-      Backend::column_dot_accumulate(c.d_scale, dk, k, N, C, kk);
+      Backend::column_dot_accumulate(c.d_scale, dq, q.read(scratch, N * C), N, C, kk);
+      Backend::column_dot_accumulate(c.d_scale, dk, k.read(scratch, N * C), N, C, kk);
       sqk.template fold_grad<Backend>(c, c.d_scale, C);
       Backend::scale_columns(dq, dq, c.scale_tmp, N, C);
       Backend::scale_columns(dk, dk, c.scale_tmp, N, C);

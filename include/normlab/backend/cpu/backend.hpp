@@ -9,7 +9,6 @@
 // second backend is a second type with the same members, not a second model.
 // A backend lacking an op a policy needs fails to compile at that call.
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -101,14 +100,14 @@ struct cpu_backend {
   static void round_to_bf16_in_place(float* x, std::int64_t n) { cpu::round_to_bf16_in_place(x, n); }
   static void round_to_bf16_in_place(double* x, std::int64_t n) { cpu::round_to_bf16_in_place(x, n); }
   // Values kept in bf16, widened exactly for a float32 reader (a residual
-  // rule's backward reading the branch output a bf16 run kept so).
-  static void widen_bf16(float* dst, const bfloat16* src, std::int64_t n) {
-    constexpr std::int64_t kChunk = 1 << 14;
-    const auto* bits = reinterpret_cast<const std::uint16_t*>(src);
-    cpu::parallel_for((n + kChunk - 1) / kChunk, n > kChunk, [&](std::int64_t c) {
-      const std::int64_t end = std::min(n, (c + 1) * kChunk);
-      for (std::int64_t i = c * kChunk; i < end; ++i) dst[i] = std::bit_cast<float>(std::uint32_t(bits[i]) << 16);
-    });
+  // rule's backward reading the branch output a bf16 run kept so, a q/k site's
+  // its saved q, k).
+  static void widen_bf16(float* dst, const bfloat16* src, std::int64_t n) { cpu::widen_bf16(dst, src, n); }
+  // RMSNorm's backward reading its input x kept in bf16 (QK-norm's rotated q, k
+  // in a bf16 run): the float32 kernel's arithmetic on x widened.
+  static void rmsnorm_backward(float* dx, float* dw, const float* dy, const bfloat16* x, const float* w,
+                               const float* rstd, std::int64_t N, std::int64_t C) {
+    cpu::rmsnorm_backward(dx, dw, dy, x, w, rstd, N, C);
   }
   // The activations' backward reading uv so, writing the gradient at uv in
   // float32 or, where products alone read it (d_uv), in bf16: D.

@@ -450,31 +450,7 @@ void gemm_bf16_stored(std::int64_t M, std::int64_t N, std::int64_t K, const TA* 
                                                                                        ldc, accumulate, alpha);
 }
 
-// dst = src rounded to bf16 (the packing's rounding), in parallel chunks.
-inline void round_to_bf16(bfloat16* dst, const float* src, std::int64_t n) {
-  constexpr std::int64_t kChunk = 1 << 14;
-  parallel_for((n + kChunk - 1) / kChunk, n > kChunk, [&](std::int64_t c) {
-    const std::int64_t b = c * kChunk;
-    avx512::bf16::round_to_bf16(dst + b, src + b, std::min(kChunk, n - b));
-  });
-}
-
-// x rounded to bf16 in place, as round_to_bf16 and packing round it (the bf16
-// method's saved activations kept in a float32 buffer).
-inline void round_to_bf16_in_place(float* x, std::int64_t n) {
-  constexpr std::int64_t kChunk = 1 << 14;
-  parallel_for((n + kChunk - 1) / kChunk, n > kChunk, [&](std::int64_t c) {
-    const std::int64_t b = c * kChunk;
-    avx512::bf16::round_in_place(x + b, std::min(kChunk, n - b));
-  });
-}
 #endif
-
-// The float64 oracle's rounding of the same (bf16_method_round, as
-// gemm_bf16_operands rounds a product's operands).
-inline void round_to_bf16_in_place(double* x, std::int64_t n) {
-  for (std::int64_t i = 0; i < n; ++i) x[i] = bf16_method_round(x[i]);
-}
 
 // C(n,n) = alpha·G with G the Gram matrix X Xᵀ (X (n,k) row-major) or, when
 // `transposed`, XᵀX (X (k,n) row-major). G is symmetric, so the float32 engine

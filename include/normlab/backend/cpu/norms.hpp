@@ -11,7 +11,8 @@
 namespace normlab::cpu {
 
 // ---------------------------------------------------------------- RMSNorm
-// y = x / sqrt(mean(x²) + eps) ⊙ w ; rstd(N) saved for backward
+// y = x / sqrt(mean(x²) + eps) ⊙ w ; rstd(N) saved for backward. y may alias x:
+// a row's sum of squares is taken before any of it is written.
 namespace detail {
 // One row: y = x r ⊙ w, returning r.
 template <class T>
@@ -42,19 +43,38 @@ inline void rmsnorm_forward(bfloat16* y, float* rstd, const float* x, const floa
 #endif
 
 // dx = r (dy⊙w) − x r³/C Σ(dy⊙w⊙x);  dw += Σ_rows dy ⊙ x r
+namespace detail {
+inline float widened(bfloat16 v) { return to_float(v); }
+template <class T>
+T widened(T v) {
+  return v;
+}
+// x of type X: T, or bfloat16 read widened (the same arithmetic on the rounded values).
+template <class T, class X>
+void rmsnorm_backward(T* dx, T* dw, const T* dy, const X* x, const T* w, const T* rstd, std::int64_t N,
+                      std::int64_t C) {
+  parallel_for(N, N * C > kParallelGrain, [&](std::int64_t i) {
+    const X* xi = x + i * C;
+    const T* gi = dy + i * C;
+    const T r = rstd[i];
+    const T dot = lane_sum<T>(C, [&](std::int64_t c) { return gi[c] * w[c] * T(widened(xi[c])); });
+    const T k = r * r * r * dot / T(C);
+    T* di = dx + i * C;
+    for (std::int64_t c = 0; c < C; ++c) di[c] = r * gi[c] * w[c] - k * T(widened(xi[c]));
+  });
+  column_reduce(dw, N, C,
+                [&](std::int64_t i, std::int64_t c) { return dy[i * C + c] * T(widened(x[i * C + c])) * rstd[i]; });
+}
+}  // namespace detail
 template <class T>
 void rmsnorm_backward(T* dx, T* dw, const T* dy, const T* x, const T* w, const T* rstd, std::int64_t N,
                       std::int64_t C) {
-  parallel_for(N, N * C > kParallelGrain, [&](std::int64_t i) {
-    const T* xi = x + i * C;
-    const T* gi = dy + i * C;
-    const T r = rstd[i];
-    const T dot = lane_sum<T>(C, [&](std::int64_t c) { return gi[c] * w[c] * xi[c]; });
-    const T k = r * r * r * dot / T(C);
-    T* di = dx + i * C;
-    for (std::int64_t c = 0; c < C; ++c) di[c] = r * gi[c] * w[c] - k * xi[c];
-  });
-  column_reduce(dw, N, C, [&](std::int64_t i, std::int64_t c) { return dy[i * C + c] * x[i * C + c] * rstd[i]; });
+  detail::rmsnorm_backward(dx, dw, dy, x, w, rstd, N, C);
+}
+// x kept in bf16.
+inline void rmsnorm_backward(float* dx, float* dw, const float* dy, const bfloat16* x, const float* w,
+                             const float* rstd, std::int64_t N, std::int64_t C) {
+  detail::rmsnorm_backward(dx, dw, dy, x, w, rstd, N, C);
 }
 
 // ---------------------------------------------------------------- row L2 normalisation
@@ -125,8 +145,9 @@ void rope_apply(T* x, const T* cosv, const T* sinv, std::int64_t B, std::int64_t
 }
 
 // ---------------------------------------------------------------- fused QK path (nGPT)
-// Per token row (C = H·dk) at position pos0 + t: RoPE in place on x (x keeps
-// the rotated values), then per head xh = x/‖x‖ (norm saved) and xs = xh ⊙ s.
+// Per token row (C = H·dk) at position pos0 + t: RoPE in place on x, then per
+// head xh = x/‖x‖ (norm saved) and xs = xh ⊙ s (x keeps the rotated values
+// unless xs is x).
 // One pass over the row instead of three (rope_apply, l2norm_rows_forward,
 // scale_columns), with the same arithmetic. xs may alias x: each value is read
 // before its scaled unit value is written over it.

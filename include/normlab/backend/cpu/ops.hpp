@@ -20,6 +20,7 @@
 //  * reductions over rows into a parameter gradient go through column_reduce so
 //    results do not depend on the thread count (resume must be bit-exact).
 #include "normlab/backend/cpu/attention.hpp"
+#include "normlab/backend/cpu/bf16_storage.hpp"
 #include "normlab/backend/cpu/gemm.hpp"
 #include "normlab/backend/cpu/mlp.hpp"
 #include "normlab/backend/cpu/norms.hpp"
