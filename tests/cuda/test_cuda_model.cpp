@@ -13,7 +13,8 @@
 //    GPU's layernorm kernels, a plain GELU MLP, biases, learned positions) and
 //    a modern one (grouped kv heads, a window shorter than T, ReLU², QK-norm);
 //  * every variant in bf16 (--precision bf16) against the float64 CPU model at
-//    bars derived from bf16's unit roundoff;
+//    bars derived from bf16's unit roundoff, built under fp32 and under bf16
+//    (the MLP's act then stored in bf16);
 //  * KV-cache decoding on the GPU gives the float64 CPU model's logits;
 //  * two runs with the same seed give bit-identical losses and parameters.
 // Exits 77 (skipped) without a GPU.
@@ -236,6 +237,32 @@ void check_bf16_against_cpu(Tally& t) {
   // Not float32 in disguise: the rounding must show somewhere in the gradients.
   const double lg32 = gpu.forward(idx.data(), tgt.data(), B, T);
   t.truth(nm + ": bf16 products change the loss's bits", lg32 != lg);
+  // Built under bf16 products, the model keeps the MLP's act in bf16 (its
+  // products read it as a bf16 operand, the other operand rounded for the call):
+  // the plan is smaller by half of each layer's act, and loss and gradients meet
+  // the same bars against the float64 model.
+  cuda_backend::set_precision(Precision::bf16);
+  {
+    const std::int64_t half_act = mc.n_layer * (B * T * mc.ff_dim() / 2) * std::int64_t(sizeof(float));
+    const auto plan16 = GpuModel<Tag>::memory_plan(mc, B, T);
+    cuda_backend::set_precision(Precision::fp32);
+    const auto plan32 = GpuModel<Tag>::memory_plan(mc, B, T);
+    cuda_backend::set_precision(Precision::bf16);
+    t.truth(nm + ": a model built under bf16 plans half of each layer's act fewer bytes",
+            std::int64_t(plan32.activations) - std::int64_t(plan16.activations) == half_act);
+    GpuModel<Tag> gpu16(mc, B, T);
+    t.truth(nm + ": a model built under bf16 keeps act in bf16", gpu16.stores_act_bf16());
+    gpu16.params().values() = gpu.params().values();
+    gpu16.upload_params();
+    const double l16 = gpu16.forward(idx.data(), tgt.data(), B, T);
+    gpu16.backward();
+    t.rel(nm + " (act stored in bf16) loss vs float64 CPU", {l16}, {lc}, tol);
+    gpu16.download_grads();
+    for (const ParamSpec& sp : gpu16.params().specs())
+      t.rel(nm + " (act stored in bf16) grad " + sp.name, to_double(gpu16.params().grad(sp.offset), sp.numel),
+            std::vector<double>(cpu.params().grad(sp.offset), cpu.params().grad(sp.offset) + sp.numel), tol);
+  }
+  cuda_backend::set_precision(Precision::fp32);
 }
 
 // Lion and Muon on the GPU (their kernels, Muon's Newton-Schulz on cuBLASLt)

@@ -152,6 +152,13 @@ struct cuda_backend {
   static U* scratch(cuda::DeviceContext::Slot slot, std::int64_t n) {
     return static_cast<U*>(be().scratch(slot, std::size_t(std::max<std::int64_t>(n, 1)) * sizeof(U)));
   }
+  // x (n floats) rounded to bf16 in scratch, for one product: the stream runs
+  // that product before the next call writes the slot again.
+  static const bfloat16* bf16_operand(const float* x, std::int64_t n) {
+    bfloat16* h = scratch<bfloat16>(cuda::DeviceContext::kBf16Operand, n);
+    round_to_bf16(h, x, n);
+    return h;
+  }
   static float* partial(std::int64_t rows, std::int64_t L) {
     return scratch<float>(cuda::DeviceContext::kPartial, cuda::colreduce_chunks(rows) * L);
   }
@@ -188,6 +195,29 @@ struct cuda_backend {
                               std::int64_t in, std::int64_t out, float alpha = 1.f) {
     if (dX) be().linear_backward_x(cuda::Dtype::f32, dX, dY, W, N, in, out, alpha, 0.f);
     if (dW) be().linear_backward_w(cuda::Dtype::f32, dW, dY, X, N, in, out, alpha);
+  }
+
+  // ---- activations stored in bf16: a float32 model built under bf16 products
+  // keeps what only products read (the MLP's act) in bf16, half the bytes.
+  // cuBLASLt multiplies two operands of one type, so the other operand (the
+  // weight, or the float32 gradient) is rounded to bf16 into scratch for the
+  // call, as CUBLAS_COMPUTE_32F_FAST_16BF rounds float32 operands (nearest
+  // even); float32 accumulation, C in float32.
+  static bool stores_bf16() { return be().bf16_products(); }
+  static void round_to_bf16(bfloat16* dst, const float* src, std::int64_t n) {
+    cuda::k::to_storage(cuda::Dtype::bf16, dst, src, n, stream());
+  }
+  static void linear_forward(float* Y, const bfloat16* X, const float* W, std::int64_t N, std::int64_t in,
+                             std::int64_t out, bool accumulate = false, float alpha = 1.f) {
+    be().gemm(cuda::Dtype::bf16, cuda::Dtype::f32, false, true, N, out, in, X, bf16_operand(W, out * in), Y, alpha,
+              accumulate ? 1.f : 0.f);
+  }
+  static void linear_backward(float* dX, float* dW, const float* dY, const bfloat16* X, const float* W,
+                              std::int64_t N, std::int64_t in, std::int64_t out, float alpha = 1.f) {
+    if (dX) be().linear_backward_x(cuda::Dtype::f32, dX, dY, W, N, in, out, alpha, 0.f);  // X not read
+    if (dW)
+      be().gemm(cuda::Dtype::bf16, cuda::Dtype::f32, true, false, out, in, N, bf16_operand(dY, N * out), X, dW,
+                alpha, 1.f);
   }
 
   // ---- embedding: host tokens staged as int32

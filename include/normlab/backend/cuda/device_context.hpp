@@ -143,7 +143,7 @@ class DeviceContext {
   // model's ops (column-reduction partials, row dots, staged tokens, …). The
   // first step sizes them; later steps allocate nothing. Growing waits for the
   // stream first, so no kernel still reads the buffer being replaced.
-  enum Slot { kPartial, kRowDot, kAttnSum, kRowLoss, kTokens, kDecode, kNormPartial, kNormOut, kSlots };
+  enum Slot { kPartial, kRowDot, kAttnSum, kRowLoss, kTokens, kDecode, kNormPartial, kNormOut, kBf16Operand, kSlots };
   void* scratch(Slot slot, std::size_t bytes) {
     DeviceBuffer& b = scratch_[slot];
     if (b.bytes() < bytes) {
