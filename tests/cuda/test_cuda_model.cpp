@@ -243,7 +243,11 @@ void check_bf16_against_cpu(Tally& t) {
   // the same bars against the float64 model.
   cuda_backend::set_precision(Precision::bf16);
   {
-    const std::int64_t half_act = mc.n_layer * (B * T * mc.ff_dim() / 2) * std::int64_t(sizeof(float));
+    // The arena takes whole 64-byte lines (16 floats); a bf16 buffer of n values takes ⌈n/2⌉ floats.
+    auto lines = [](std::int64_t floats) { return (floats + 15) / 16 * 16; };
+    const std::int64_t n_act = B * T * mc.ff_dim();
+    const std::int64_t half_act =
+        mc.n_layer * (lines(n_act) - lines((n_act + 1) / 2)) * std::int64_t(sizeof(float));
     const auto plan16 = GpuModel<Tag>::memory_plan(mc, B, T);
     cuda_backend::set_precision(Precision::fp32);
     const auto plan32 = GpuModel<Tag>::memory_plan(mc, B, T);

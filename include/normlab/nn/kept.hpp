@@ -33,7 +33,13 @@ bool bf16_method_now() {
   return false;
 }
 
-// One saved tensor: keep() after forward's last float32 reader, read() in backward.
+// One saved tensor, kept by keep(x) in forward and read by read() in backward.
+// Where keep() goes depends on how it keeps x (stored_in_bf16()):
+//   stored (bound by bind_bf16): it copies x, so it must run before anything
+//     writes over x (a site writing qa over q keeps q first);
+//   otherwise: it may round x in place, so it must run after forward's last
+//     reader of the unrounded x.
+// A site that never writes over x may call it after its last reader in both.
 template <class T, class Backend>
 struct KeptForBackward {
   // Whether this backend can store it in bf16 (a float32 model built under bf16).
@@ -50,8 +56,9 @@ struct KeptForBackward {
   {
     stored = ar.take_bf16(static_cast<std::size_t>(n));
   }
-  // After forward's last float32 reader of x (n values): x kept for backward.
-  // Stored in bf16, x itself stays as it is (scratch again for the caller).
+  bool stored_in_bf16() const { return stored != nullptr; }
+  // x (n values) kept for backward (where: above). Stored in bf16, x itself
+  // stays as it is (scratch again for the caller).
   void keep(T* x, std::int64_t n) {
     if constexpr (can_store)
       if (stored) return Backend::round_to_bf16(stored, static_cast<const T*>(x), n);

@@ -74,8 +74,8 @@ struct qk_rms_gain {
     };
     std::size_t q_gain = 0, k_gain = 0;
     Kept q, k;                       // (N, C), (N, KV) after RoPE
-    T *qs = nullptr, *ks = nullptr;  // (N, C) RMSNorm(q) ⊙ g: what attention sees
-    T *qn = nullptr, *kn = nullptr;  // (N, H) 1/rms per head
+    T *qs = nullptr, *ks = nullptr;  // (N, C), (N, KV) RMSNorm ⊙ g: what attention sees
+    T *qn = nullptr, *kn = nullptr;  // (N, H), (N, Hkv) 1/rms per head
     bool qa_over_q = false;          // bound by bind_bf16: qs, ks are forward's q, k
     void declare(ParamStore<T>& p, const std::string& prefix, const ModelConfig& cfg) {
       q_gain = p.add(prefix + "q_norm.weight", {cfg.head_dim()}, ParamRole::gain, NormAxis::none,
@@ -131,7 +131,7 @@ struct qk_rms_gain {
     static void norm_backward(StepContext<T>& c, T* dx, std::size_t gain, const T* dy, const Kept& x, const T* rstd,
                               std::int64_t rows, std::int64_t D) {
       if constexpr (kKeepsBf16)
-        if (x.stored)
+        if (x.stored_in_bf16())
           return Backend::rmsnorm_backward(dx, c.G(gain), dy, static_cast<const bfloat16*>(x.stored), c.P(gain), rstd,
                                            rows, D);
       Backend::rmsnorm_backward(dx, c.G(gain), dy, static_cast<const T*>(x.values), c.P(gain), rstd, rows, D);
