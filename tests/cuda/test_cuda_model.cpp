@@ -207,7 +207,7 @@ void check_against_cpu(Tally& t, int steps, const ModelConfig& mc = small_config
 // Precision::bf16 on the GPU (cuBLASLt's CUBLAS_COMPUTE_32F_FAST_16BF: every
 // product's operands rounded to bf16, float32 accumulation) against the float64
 // CPU model: the CPU bf16 engine's bars against the exact oracle
-// (tests/test_bf16.cpp), derived from bf16's unit roundoff u = 2^-8: a gradient
+// (tests/test_bf16_model.cpp), derived from bf16's unit roundoff u = 2^-8: a gradient
 // passes through P = 4·layers + 2 rounded products in series, each rounding two
 // operands, so 2·P·u normwise; the loss and logits the same. Then fp32 again,
 // and the float32 check above must still hold (the plan cache keys on it).
