@@ -3,7 +3,7 @@
 // GPU, NORMLAB_TRAIN_CUDA are set by CMake), sharing one driver.
 #if defined(NORMLAB_PREBUILT_ENTRIES) && !defined(NORMLAB_TRAIN_CUDA)
 // The CPU trainer of a built-in variant: its model and entry are compiled in their
-// own objects (src/model_variant.cpp, app/src/variant_entry.cpp) and the driver in
+// own objects (src/model_variant_*.cpp, app/src/variant_entry.cpp) and the driver in
 // the library, so this file only names them. It includes no policy, scheme or model
 // header: after an edit to one, `ninja train-<variant>` recompiles the variant's
 // model and entry (in parallel) and links, and leaves this file alone.

@@ -58,7 +58,7 @@ using all_variants = detail::tail_of<void NORMLAB_BUILTIN_VARIANTS(NORMLAB_VARIA
 #undef NORMLAB_VARIANT_TYPE
 
 // The built-in variants' CPU models, compiled once in the normlab_models library
-// (src/model_variant.cpp) where a target links it (NORMLAB_PREBUILT_MODELS):
+// (src/model_variant_*.cpp) where a target links it (NORMLAB_PREBUILT_MODELS):
 // their entry points (constructor, init, forward, backward, decode_step, …) are
 // not compiled again here. Without the library, header-only as ever.
 #ifdef NORMLAB_PREBUILT_MODELS

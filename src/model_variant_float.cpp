@@ -1,0 +1,4 @@
+// One built-in variant's float CPU model (src/model_variant.hpp).
+#include "model_variant.hpp"
+
+NORMLAB_INSTANTIATE_VARIANT_MODEL(float)
