@@ -99,10 +99,7 @@ inline void Transformer<T, Scheme, Residual, Backend>::layout(Arena<T>& ar) {
       a.y16 = ar.take_bf16(N * C);
     else
       a.y = ar.take(N * C);
-    if constexpr (!kBranchInScratch) {
-      if (branch_bf16()) a.a_raw16 = ar.take_bf16(N * C);
-      else a.a_raw = ar.take(N * C);
-    }
+    if constexpr (!kBranchInScratch) bind_branch(ar, a.a_kept, a.a_raw, N * C);
     a.out_att.bind(ar, N, C);
     a.res_att.bind(ar, N, C);
     a.h_mid = ar.take(N * C);
@@ -114,10 +111,7 @@ inline void Transformer<T, Scheme, Residual, Backend>::layout(Arena<T>& ar) {
       a.act16 = ar.take_bf16(N * F);
     else
       a.act = ar.take(N * F);
-    if constexpr (!kBranchInScratch) {
-      if (branch_bf16()) a.m_raw16 = ar.take_bf16(N * C);
-      else a.m_raw = ar.take(N * C);
-    }
+    if constexpr (!kBranchInScratch) bind_branch(ar, a.m_kept, a.m_raw, N * C);
     a.out_mlp.bind(ar, N, C);
     a.res_mlp.bind(ar, N, C);
   }

@@ -81,9 +81,7 @@ class Transformer {
       requires(typename Scheme::mlp_activation::template site<float, Backend>& s, StepContext<float>& c, float* d,
                const bfloat16* x, T* t, std::int64_t n) {
         s.backward(c, d, static_cast<const float*>(d), x, n, n);
-        { Backend::stores_bf16() } -> std::convertible_to<bool>;
-        Backend::round_to_bf16_in_place(t, n);
-      };
+      } && RoundsToBf16<T, Backend>;
   static constexpr bool kUvBf16 = kBf16Storage && kRoundsUv;
   // ... and, where the activation has the one-pass forward that stores both, calls it.
   static constexpr bool kKeepsInForward =
@@ -130,13 +128,9 @@ class Transformer {
   // scratch first, by a float32 model built under bf16 products and widened
   // for the rule; rounded in place by one built before, and by the oracle).
   static constexpr bool kRoundsBranch =
-      is_identity_norm<typename Scheme::output_norm> && !kBranchInScratch && requires(T* t, std::int64_t n) {
-        { Backend::stores_bf16() } -> std::convertible_to<bool>;
-        Backend::round_to_bf16_in_place(t, n);
-      };
-  static constexpr bool kBranchBf16 =
-      kBf16Storage && kRoundsBranch &&
-      requires(float* y, const bfloat16* h, std::int64_t n) { Backend::widen_bf16(y, h, n); };
+      is_identity_norm<typename Scheme::output_norm> && !kBranchInScratch && RoundsToBf16<T, Backend>;
+  using Kept = KeptForBackward<T, Backend>;
+  static constexpr bool kBranchBf16 = kBf16Storage && kRoundsBranch && Kept::can_store;
   // A norm site whose output only products read may keep it in bf16 (its
   // optional bind_bf16/forward_bf16, nn/norms.hpp): a bf16-storing model then
   // keeps the input and final norms' outputs so, with the same bits.
@@ -316,8 +310,8 @@ class Transformer {
     T* lse = nullptr;    // (B,H,T) log-sum-exp of each attention row
     T* y = nullptr;      // (N,C) heads concatenated, or nullptr when y is kept in bf16:
     bfloat16* y16 = nullptr;  // (N,C) y in bf16 (y_bf16())
-    T* a_raw = nullptr;  // (N,C) c_att · y W_oᵀ (null where kBranchInScratch or kept in bf16:)
-    bfloat16* a_raw16 = nullptr;  // (N,C) a_raw in bf16 (branch_bf16())
+    T* a_raw = nullptr;  // (N,C) c_att · y W_oᵀ (null where kBranchInScratch or kept in bf16)
+    Kept a_kept;         // a_raw as the residual's backward reads it (kRoundsBranch)
     OutputNorm out_att;  // a = output_norm(a_raw)
     const T* a = nullptr;
     ResidualSite res_att;
@@ -331,7 +325,7 @@ class Transformer {
     T* act = nullptr;    // (N,F), or nullptr when act is stored in bf16:
     bfloat16* act16 = nullptr;  // (N,F) act in bf16 (act_bf16_)
     T* m_raw = nullptr;  // (N,C) c_mlp · act W_projᵀ (as a_raw)
-    bfloat16* m_raw16 = nullptr;  // (N,C) as a_raw16
+    Kept m_kept;         // as a_kept
     OutputNorm out_mlp;  // m = output_norm(m_raw)
     const T* m = nullptr;
     ResidualSite res_mlp;
@@ -502,10 +496,19 @@ class Transformer {
   }
 
   bool branch_bf16() const { return kBranchBf16 && act_bf16_; }
-  // After the residual read the branch output f: f kept as the bf16 method keeps it (kRoundsBranch).
-  void keep_branch(bfloat16* kept, T* f, std::int64_t n);
-  // The branch output as the residual's backward reads it.
-  const T* kept_branch(const bfloat16* kept, const T* f, std::int64_t n);
+  // A branch output's buffer: kept in bf16 (f then computed in backward's scratch), or float32.
+  void bind_branch(Arena<T>& ar, Kept& kept, T*& raw, std::int64_t n) {
+    if constexpr (kBranchBf16)
+      if (branch_bf16()) return kept.bind_bf16(ar, n);
+    raw = ar.take(n);
+  }
+  // The branch output f as the residual's backward reads it: kept as the bf16
+  // method keeps it (kRoundsBranch; widened into the start of backward's scratch
+  // region, free while a residual's backward runs), else f.
+  const T* branch_for_backward(const Kept& kept, const T* f, std::int64_t n) {
+    if constexpr (kRoundsBranch) return kept.read(d_q_, n);
+    return f;
+  }
 
   // Whether this forward rounds uv (the bf16 method; see kRoundsUv).
   bool rounds_uv_now() const { return kRoundsUv && bf16_method_now<T, Backend>(); }

@@ -78,7 +78,8 @@ inline void Transformer<T, Scheme, Residual, Backend>::layer_forward(std::int64_
   add_bias(a_raw, w.bo, N, C);
   a.a = a.out_att.forward(c, a_raw, N, C);
   a.res_att.forward(c, a.h_mid, a.h_in, a.a, N, C);
-  if (!cache) keep_branch(a.a_raw16, a_raw, N * C);
+  if constexpr (kRoundsBranch)  // after the residual's forward read it in float32
+    if (!cache) a.a_kept.keep(a_raw, N * C);
   // ---- MLP
   norm_forward(a.in_mlp, a.xm, a.xm16, a.h_mid, N, C);
   // Stored in bf16, uv and act are computed in backward's scratch first (uv_f32_, d_act_).
@@ -93,8 +94,9 @@ inline void Transformer<T, Scheme, Residual, Backend>::layer_forward(std::int64_
   add_bias(m_raw, w.bproj, N, C);
   a.m = a.out_mlp.forward(c, m_raw, N, C);
   a.res_mlp.forward(c, h_out, a.h_mid, a.m, N, C);
-  if (!cache) keep_branch(a.m_raw16, m_raw, N * C);
-  // Not kept (backward reads neither), or kept in bf16 (a.a_raw16, a.m_raw16): forward's a, m were scratch.
+  if constexpr (kRoundsBranch)  // after the residual's forward read it in float32
+    if (!cache) a.m_kept.keep(m_raw, N * C);
+  // Not kept (backward reads neither), or kept in bf16 (a.a_kept, a.m_kept): forward's a, m were scratch.
   if (kBranchInScratch || branch_bf16()) a.a = a.m = nullptr;
 }
 
@@ -115,28 +117,6 @@ void Transformer<T, Scheme, Residual, Backend>::mlp_activation_forward(StepConte
     if (!uv_bf16() && rounds_uv_now()) Backend::round_to_bf16_in_place(a.uv, N * UV);
   if constexpr (kBf16Storage)
     if (act_bf16_) Backend::round_to_bf16(a.act16, static_cast<const T*>(d_act_), N * F);
-}
-
-// Kept in bf16 (a float32 model built under bf16 products), or rounded in place
-// (one built before, and the float64 oracle), or as it is (fp32).
-template <class T, NormScheme Scheme, ResidualRule Residual, class Backend>
-void Transformer<T, Scheme, Residual, Backend>::keep_branch(bfloat16* kept, T* f, std::int64_t n) {
-  if constexpr (kBranchBf16)
-    if (branch_bf16()) return Backend::round_to_bf16(kept, static_cast<const T*>(f), n);
-  if constexpr (kRoundsBranch)
-    if (bf16_method_now<T, Backend>()) Backend::round_to_bf16_in_place(f, n);
-}
-
-// Kept in bf16, f is widened into the start of backward's scratch region, free
-// while a residual's backward runs.
-template <class T, NormScheme Scheme, ResidualRule Residual, class Backend>
-const T* Transformer<T, Scheme, Residual, Backend>::kept_branch(const bfloat16* kept, const T* f, std::int64_t n) {
-  if constexpr (kBranchBf16)
-    if (branch_bf16()) {
-      Backend::widen_bf16(d_q_, kept, n);
-      return d_q_;
-    }
-  return f;
 }
 
 template <class T, NormScheme Scheme, ResidualRule Residual, class Backend>
@@ -229,7 +209,7 @@ void Transformer<T, Scheme, Residual, Backend>::backward(bool accumulate,
     const LayerOffsets& w = layers_[l];
     const T* h_out = block_output(l);
     // ---- MLP: residual, output norm, projection, activation, input projection, input norm
-    a.res_mlp.backward(c, d_h_, d_work_, d_h_, h_out, a.h_mid, kept_branch(a.m_raw16, a.m, N * C), N, C);
+    a.res_mlp.backward(c, d_h_, d_work_, d_h_, h_out, a.h_mid, branch_for_backward(a.m_kept, a.m, N * C), N, C);
     const T* dm = a.out_mlp.backward(c, d_y_, d_work_, a.m_raw, N, C);
     bias_grad(w.bproj, dm, N, C);
     with_stored_act(a, [&](auto act) {
@@ -238,7 +218,7 @@ void Transformer<T, Scheme, Residual, Backend>::backward(bool accumulate,
     mlp_fc_backward(c, a, w, N, F);
     Backend::add_into(d_h_, a.in_mlp.backward(c, d_work_, d_x_, a.h_mid, N, C), N * C);
     // ---- attention: residual, output norm, projection, attention, q/k, projections, input norm
-    a.res_att.backward(c, d_h_, d_work_, d_h_, a.h_mid, a.h_in, kept_branch(a.a_raw16, a.a, N * C), N, C);
+    a.res_att.backward(c, d_h_, d_work_, d_h_, a.h_mid, a.h_in, branch_for_backward(a.a_kept, a.a, N * C), N, C);
     const T* da = a.out_att.backward(c, d_x_, d_work_, a.a_raw, N, C);
     bias_grad(w.bo, da, N, C);
     with_stored_y(a, [&](auto y) {
