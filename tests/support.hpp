@@ -4,6 +4,7 @@
 // says so here.
 #include <cstdint>
 #include <cstring>
+#include <random>
 #include <vector>
 
 #include "normlab/nn/config.hpp"
@@ -28,6 +29,26 @@ inline void make_batch(std::vector<std::int64_t>& idx, std::vector<std::int64_t>
   for (std::size_t i = 0; i < idx.size(); ++i) {
     idx[i] = std::int64_t((i * 5 + step * 3) % V);
     tgt[i] = std::int64_t((i * 7 + step + 1) % V);
+  }
+}
+
+// The float64-against-float32 checks' start: m64 from init(11) with every
+// parameter perturbed by N(0, 0.01) (the learned scales and α start constant:
+// each gradient path then carries distinct values) and constrained, the same
+// numbers copied to m32 and back (both models hold float32's values), and a
+// random batch of tokens below V; all drawn from rng.
+template <class M64, class M32>
+void perturbed_start(M64& m64, M32& m32, std::mt19937_64& rng, std::vector<std::int64_t>& idx,
+                     std::vector<std::int64_t>& tgt, std::int64_t V) {
+  m64.init(11);
+  std::normal_distribution<double> noise(0.0, 0.01);
+  for (double& p : m64.params().values()) p += noise(rng);
+  m64.apply_constraint();
+  for (std::size_t i = 0; i < m64.params().size(); ++i) m32.params().values()[i] = float(m64.params().values()[i]);
+  for (std::size_t i = 0; i < m64.params().size(); ++i) m64.params().values()[i] = double(m32.params().values()[i]);
+  for (std::size_t i = 0; i < idx.size(); ++i) {
+    idx[i] = std::int64_t(rng() % std::uint64_t(V));
+    tgt[i] = std::int64_t(rng() % std::uint64_t(V));
   }
 }
 

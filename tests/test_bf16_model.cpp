@@ -16,6 +16,7 @@
 #include "bf16_support.hpp"
 #include "normlab/normlab.hpp"
 #include "normlab/train/variants.hpp"
+#include "support.hpp"
 
 using namespace normlab;
 using namespace normlab::bf16_test;
@@ -23,30 +24,17 @@ using namespace normlab::bf16_test;
 TEMPLATE_LIST_TEST_CASE("bf16: every variant's loss and gradients against the float64 oracle", "[bf16]",
                         all_variants) {
   skip_without_bf16();
-  ModelConfig mc;
-  mc.vocab_size = 64;
-  mc.n_embd = 64;
-  mc.n_head = 2;
-  mc.n_layer = 2;
+  const ModelConfig mc = test::small_config(64, 64, 2, 2);
   const std::int64_t B = 2, seq = 96;
   // The exact oracle, the oracle of the bf16 method (a float64 model under
   // Precision::bf16: every product's operands rounded to bf16, then multiplied
   // in float64; attention's products too), and the float32 model in bf16.
   typename TestType::template model<double> m64(mc, B, seq), m64r(mc, B, seq);
   typename TestType::template model<float> m32(mc, B, seq);
-  m64.init(11);
   std::mt19937_64 rng(5);
-  std::normal_distribution<double> noise(0.0, 0.01);
-  for (double& p : m64.params().values()) p += noise(rng);
-  m64.apply_constraint();
-  for (std::size_t i = 0; i < m64.params().size(); ++i) m32.params().values()[i] = float(m64.params().values()[i]);
-  for (std::size_t i = 0; i < m64.params().size(); ++i) m64.params().values()[i] = double(m32.params().values()[i]);
-  m64r.params().values() = m64.params().values();
   std::vector<std::int64_t> idx(B * seq), tgt(B * seq);
-  for (std::size_t i = 0; i < idx.size(); ++i) {
-    idx[i] = std::int64_t(rng() % 64);
-    tgt[i] = std::int64_t(rng() % 64);
-  }
+  test::perturbed_start(m64, m32, rng, idx, tgt, mc.vocab_size);
+  m64r.params().values() = m64.params().values();
   const double l64 = m64.forward(idx.data(), tgt.data(), B, seq);
   m64.backward();
   double l64r = 0, l16 = 0;

@@ -11,6 +11,7 @@
 
 #include "normlab/normlab.hpp"
 #include "normlab/train/variants.hpp"
+#include "support.hpp"
 
 using namespace normlab;
 
@@ -29,29 +30,13 @@ double rel_err(const float* a, const double* b, std::size_t n) {
 
 TEMPLATE_LIST_TEST_CASE("precision: float32 loss and gradients agree with the float64 oracle", "[precision]",
                         all_variants) {
-  ModelConfig mc;
-  mc.vocab_size = 64;
-  mc.n_embd = 64;
-  mc.n_head = 2;
-  mc.n_layer = 2;
+  const ModelConfig mc = test::small_config(64, 64, 2, 2);
   const std::int64_t B = 2, seq = 96;
   typename TestType::template model<double> m64(mc, B, seq);
   typename TestType::template model<float> m32(mc, B, seq);
-  m64.init(11);
-  // Perturb every parameter (the learned scales and α start constant) so each
-  // gradient path carries distinct values, then copy the same numbers to float.
   std::mt19937_64 rng(5);
-  std::normal_distribution<double> noise(0.0, 0.01);
-  for (double& p : m64.params().values()) p += noise(rng);
-  m64.apply_constraint();
-  for (std::size_t i = 0; i < m64.params().size(); ++i) m32.params().values()[i] = float(m64.params().values()[i]);
-  for (std::size_t i = 0; i < m64.params().size(); ++i) m64.params().values()[i] = double(m32.params().values()[i]);
-
   std::vector<std::int64_t> idx(B * seq), tgt(B * seq);
-  for (std::size_t i = 0; i < idx.size(); ++i) {
-    idx[i] = std::int64_t(rng() % 64);
-    tgt[i] = std::int64_t(rng() % 64);
-  }
+  test::perturbed_start(m64, m32, rng, idx, tgt, mc.vocab_size);
   const double l64 = m64.forward(idx.data(), tgt.data(), B, seq);
   const double l32 = m32.forward(idx.data(), tgt.data(), B, seq);
   m64.backward();
