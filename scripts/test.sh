@@ -15,10 +15,12 @@ cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNORMLAB_BUILD_B
   -DNORMLAB_BUILD_EXAMPLES=OFF ${NORMLAB_CMAKE_ARGS:-} >/dev/null
 cmake --build "$BUILD_DIR" -j 2
 
-# Two passes. The checks labelled static only run the compiler or read the
-# sources, one core each: two at a time (87 -> 56 s on 2 cores). Every other
-# test runs one at a time: each already uses both cores through OpenMP, and two
-# OpenMP programs sharing two cores slow each other down many times over.
+# Three passes. The checks labelled static only run the compiler or read the
+# sources, one core each: two at a time (87 -> 56 s on 2 cores). The projects
+# built against an installed normlab (labels example, install) are mostly
+# configure steps and one or two compiler runs each: two at a time too. Every
+# other test runs one at a time: each already uses both cores through OpenMP, and
+# two OpenMP programs sharing two cores slow each other down many times over.
 exclude=${NORMLAB_CTEST_EXCLUDE:-}
 reports=()
 pass() {  # pass NAME JOBS CTEST-ARGS...: one ctest run, its JUnit report kept for the merge
@@ -32,10 +34,12 @@ pass() {  # pass NAME JOBS CTEST-ARGS...: one ctest run, its JUnit report kept f
   ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$jobs" "${junit[@]}" "$@"
 }
 rc=0
-if [ -z "$exclude" ] || ! [[ static =~ ^($exclude)$ ]]; then
-  pass static 2 -L '^static$' || rc=$?
-  exclude=${exclude:+$exclude|}static
-fi
+for label in static 'example|install'; do
+  selected=$(tr '|' '\n' <<<"$label" | grep -Evx "${exclude:-^$}" | paste -sd '|' || true)
+  [ -n "$selected" ] || continue
+  pass "${selected//|/-}" 2 -L "^($selected)$" || rc=$?
+  exclude=${exclude:+$exclude|}$selected
+done
 pass rest 1 -LE "^($exclude)$" || rc=$?
 if [ -n "${CTEST_JUNIT:-}" ]; then
   python3 scripts/junit-merge.py "$CTEST_JUNIT" "${reports[@]}"
