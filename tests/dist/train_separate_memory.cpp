@@ -8,6 +8,7 @@
 #include "normlab/dist/mpi.hpp"
 #include "normlab/app/driver.hpp"
 #include "../separate_memory_backend.hpp"
+#include "separate_memory_models.hpp"
 
 static_assert(!normlab::testing::separate_memory_backend::host_memory);
 static_assert(normlab::dist::reduces_memory_of<normlab::dist::MpiComm, normlab::testing::separate_memory_backend>);
