@@ -103,6 +103,22 @@ void check_gemm(std::int64_t M, std::int64_t N, std::int64_t K, bool accumulate,
 
 }  // namespace
 
+// CTest runs this whole program a second time with NORMLAB_NO_AMX=1 where the CPU
+// has AMX, so every model test also covers the AVX-512 BF16 engine (the one a CPU
+// without the tile unit runs); this checks that the switch took.
+TEST_CASE("bf16: NORMLAB_NO_AMX=1 in the environment keeps every product off the tile unit", "[bf16]") {
+  skip_without_bf16();
+  const char* off = std::getenv("NORMLAB_NO_AMX");
+  const bool turned_off = off && *off && *off != '0';
+#if defined(NORMLAB_HAVE_BF16GEMM_AMX)
+  CHECK(cpu::amx::available() == (!turned_off && cpu::amx::supported()));
+#endif
+  PrecisionScope bf16(Precision::bf16);
+  const std::string engine = cpu::float_gemm_engine();
+  INFO("engine: " << engine << ", NORMLAB_NO_AMX " << (off ? off : "(unset)"));
+  if (turned_off) CHECK(engine.find("AMX") == std::string::npos);
+}
+
 TEST_CASE("bf16: packing rounds to nearest, ties to even, as float_to_bf16 does", "[bf16]") {
   skip_without_bf16();
   // A 1 × K times K × 1 product with one nonzero term reads back the rounded
