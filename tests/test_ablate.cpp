@@ -444,7 +444,7 @@ TEST_CASE("ablate: Student-t quantiles and 95% intervals of a mean over seeds", 
   CHECK_FALSE(ab::ci95(ab::mean_sd({1.0})).valid());  // one seed: no interval, never a zero-width one
 }
 
-TEST_CASE("ablate: the sweep picks each variant's lowest final loss; diverged runs never; ties the smaller rate",
+TEST_CASE("ablate: the sweep picks each variant's lowest final loss, diverged runs never, ties the smaller rate",
           "[ablate]") {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   const std::vector<ab::SweepRun> runs = {
@@ -578,7 +578,7 @@ TEST_CASE("ablate: the plot draws every seed and, with several seeds, their mean
   CHECK(gp.find("\n0.1 2.5\nEOD", m) != std::string::npos);
 }
 
-TEST_CASE("ablate: a named baseline is the main table's reference; each further one gets its own table",
+TEST_CASE("ablate: a named baseline is the main table's reference, each further one gets its own table",
           "[ablate]") {
   TempDir tmp;
   // gpt ends at 2.0, gpt_qknorm at 1.5, ngpt at 1.0; all linear from 4.0 over 100k tokens, 1 s per eval.
@@ -990,7 +990,7 @@ TEST_CASE("ablate: --sweep-flag sweeps another flag (Muon's rate) beside each va
   CHECK_FALSE(fs::exists(st.tmp.path / "o2"));
 }
 
-TEST_CASE("ablate: --grid-extensions bounds the extension; the report says the winner is still on the edge",
+TEST_CASE("ablate: --grid-extensions bounds the extension, the report says the winner is still on the edge",
           "[ablate][cli]") {
   CliStudy st({});
   fake_trainer(st.bin, "gpt", 2.0, 0, "0.001");  // best far below the grid

@@ -552,7 +552,7 @@ TEST_CASE("architecture: NoPE is RoPE's model with the rotation removed, and lea
   CHECK(later > 1e-6);
 }
 
-TEST_CASE("architecture: biases and the position table have their shapes; checkpoints refuse another positions or bias",
+TEST_CASE("architecture: biases and the position table have their shapes, checkpoints refuse another positions or bias",
           "[architecture][checkpoint]") {
   const auto dir = std::filesystem::temp_directory_path() / "normlab_test_positions";
   std::filesystem::create_directories(dir);

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <optional>
 #include <sstream>
@@ -130,6 +131,8 @@ TEST_CASE("bad input: every flag family of a trainer is refused at parse time wi
       {{"--on-nonfinite", "ignore"}, "--on-nonfinite"},
       {{"--min-lr", "1", "--lr", "0.1"}, "--min-lr 1 must not exceed --lr 0.1"},
       {{"--d", "30", "--heads", "4"}, "--d 30 must be a multiple of --heads 4"},
+      {{"--warmup", "5"}, "--warmup 5 is longer than the run (--steps 1)"},
+      {{"--opt", "beta1=0.5"}, "--opt beta1: optimizer 'adamw' reads no such hyperparameter"},
   };
   for (const Case& c : cases) {
     std::vector<std::string> args = {"--data", "synthetic", "--steps", "1", "--quiet", "--out",
@@ -391,6 +394,52 @@ TEST_CASE("user path: a resume may grow --steps for every variant (warmup kept f
   const Ran bad = run(NORMLAB_TRAIN_GPT_EXE, tiny_with({"--steps", "30", "--warmup", "5", "--resume", "--out", dir2.string()}));
   CHECK(bad.rc == 2);
   CHECK(bad.out.find("checkpoint has warmup = 2, this run has 5") != std::string::npos);
+}
+
+TEST_CASE("user path: a finished run resumed trains nothing and keeps its record, and a shorter --steps is refused") {
+  const fs::path dir = scratch("finished");
+  fs::remove_all(dir);
+  REQUIRE(run(NORMLAB_TRAIN_GPT_EXE, tiny_with({"--steps", "10", "--out", dir.string()})).rc == 0);
+  const auto summary = summary_of(dir);
+  REQUIRE(summary.at("final_val_loss").is_number());
+  auto bytes = [&] {
+    std::ifstream in(dir / "ckpt.safetensors", std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string ckpt = bytes();
+  const Ran again = run(NORMLAB_TRAIN_GPT_EXE, tiny_with({"--steps", "10", "--resume", "--out", dir.string()}));
+  INFO(again.out);
+  CHECK(again.rc == 0);
+  CHECK(summary_of(dir) == summary);  // it once wrote a NaN final loss over the real one
+  CHECK(bytes() == ckpt);
+  CHECK(metrics_of(dir).size() == 10);
+  const Ran shorter = run(NORMLAB_TRAIN_GPT_EXE, tiny_with({"--steps", "5", "--resume", "--out", dir.string()}));
+  INFO(shorter.out);
+  CHECK(shorter.rc == 2);
+  CHECK(shorter.out.find("already 10 steps in, past --steps 5") != std::string::npos);
+  CHECK(summary_of(dir) == summary);
+  CHECK(bytes() == ckpt);
+}
+
+TEST_CASE("user path: a refused resume names the variant, or the flag behind the optimizer's setting") {
+  const fs::path dir = scratch("named");
+  fs::remove_all(dir);
+  REQUIRE(run(NORMLAB_TRAIN_GPT_EXE, tiny_with({"--steps", "6", "--stop-at", "3", "--optimizer", "muon",
+                                                "--out", dir.string()})).rc == 0);
+  const Ran lr = run(NORMLAB_TRAIN_GPT_EXE, tiny_with({"--steps", "6", "--optimizer", "muon", "--muon-lr", "0.01",
+                                                       "--resume", "--out", dir.string()}));
+  INFO(lr.out);
+  CHECK(lr.rc == 2);
+  CHECK(lr.out.find("lr_ratio") != std::string::npos);
+  CHECK(lr.out.find("(--muon-lr ÷ --lr)") != std::string::npos);
+#ifdef NORMLAB_TRAIN_ANGPT_EXE
+  // gpt's checkpoint into anGPT: the variant, not the weight decay both default differently.
+  const Ran variant = run(NORMLAB_TRAIN_ANGPT_EXE, tiny_with({"--steps", "6", "--optimizer", "muon", "--resume",
+                                                              "--out", dir.string()}));
+  INFO(variant.out);
+  CHECK(variant.rc == 2);
+  CHECK(variant.out.find("checkpoint of variant 'gpt'") != std::string::npos);
+#endif
 }
 
 TEST_CASE("user path: an existing run is never replaced silently") {

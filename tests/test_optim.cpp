@@ -456,7 +456,7 @@ TEST_CASE("optim: warmup-stable-decay", "[optim]") {
   CHECK_THROWS_WITH(LrSchedule::parse_decay("cubic"), Catch::Contains("cubic"));
 }
 
-TEST_CASE("optim: a checkpoint names its optimizer; another optimizer's state is refused naming both", "[optim]") {
+TEST_CASE("optim: a checkpoint names its optimizer, another optimizer's state is refused naming both", "[optim]") {
   using Model = variants::gpt::model<double>;
   ModelConfig mc;
   mc.vocab_size = 16;

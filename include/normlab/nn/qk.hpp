@@ -32,8 +32,8 @@ inline void require_full_kv(const ModelConfig& cfg, std::string_view site) {
   if (cfg.grouped_kv())
     throw Error("qk site '" + std::string(site) + "' scales q and k with one s_qk over n_head·head_dim, so it needs "
                 "as many key/value heads as query heads: n_kv_heads = " + std::to_string(cfg.n_kv_heads) +
-                ", n_head = " + std::to_string(cfg.n_head) + " (use qk_rope or qk_rms_gain with grouped-query "
-                "attention)");
+                ", n_head = " + std::to_string(cfg.n_head) + " (a trainer: --kv-heads equal to --heads; a "
+                "scheme of your own: qk_rope or qk_rms_gain with grouped-query attention)");
 }
 
 // GPT: RoPE, nothing else.

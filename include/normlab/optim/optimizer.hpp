@@ -22,7 +22,9 @@
 #include <concepts>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -66,11 +68,23 @@ struct OptimizerOptions {
   double muon_lr = 0.02;      // Muon's hidden matrices: their peak rate (the schedule scales it as --lr's)
   double peak_lr = 0;         // the schedule's peak (--lr), for a group that runs at a rate of its own
   std::map<std::string, double> extra;
+  // The keys an optimizer asked get() for, shared by copies of these options: a
+  // trainer refuses an --opt key its optimizer never reads (unread_extra), where it
+  // would otherwise be ignored without a word.
+  std::shared_ptr<std::set<std::string>> asked = std::make_shared<std::set<std::string>>();
 
   // A named extra hyperparameter, or `fallback` when not given.
   double get(const std::string& key, double fallback) const {
+    asked->insert(key);
     const auto it = extra.find(key);
     return it == extra.end() ? fallback : it->second;
+  }
+  // The --opt keys no get() asked for, once the optimizer is built.
+  std::vector<std::string> unread_extra() const {
+    std::vector<std::string> unread;
+    for (const auto& [k, v] : extra)
+      if (!asked->count(k)) unread.push_back(k);
+    return unread;
   }
 };
 

@@ -73,6 +73,9 @@ struct LrSchedule {
                     std::to_string(decay_start()) + " of " + std::to_string(total_steps) +
                     " (--decay-frac " + exact_string(decay_frac) + ")");
     }
+    if (kind == Kind::warmup_cosine && warmup > total_steps)
+      throw Error("--warmup " + std::to_string(warmup) + " is longer than the run (--steps " +
+                  std::to_string(total_steps) + "): the rate would never reach --lr");
     if (kind == Kind::custom && !custom_fn) throw Error("custom learning-rate schedule '" + custom_name + "' has no function");
   }
 

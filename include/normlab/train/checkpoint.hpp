@@ -112,7 +112,6 @@ void load_checkpoint(const io::SafetensorsFile& f, Model& model, Opt* opt) {
   if (opt && (opt->shard_begin() != 0 || opt->shard_end() != model.params().size()))
     throw Error(f.source() + ": load_checkpoint needs a whole optimizer, not a ZeRO shard (load into a whole "
                 "optimizer, then copy the shard)");
-  if (opt) check_checkpoint_optimizer(f, *opt);
   const std::string want = variant_name_of<Model>();
   const std::string got = f.metadata().count("variant") ? f.metadata_value("variant") : "<none>";
   const std::string got_sig = f.metadata().count("signature") ? f.metadata_value("signature") : "<none>";
@@ -183,6 +182,9 @@ void load_checkpoint(const io::SafetensorsFile& f, Model& model, Opt* opt) {
                   " tokens), the model has " + exact_string(value) + " (context " +
                   std::to_string(model.max_seq()) + "); build the model for the checkpoint's max_seq");
   }
+  // After the variant and shape: a checkpoint of another model is named as such,
+  // not by the optimizer settings its variant defaults to.
+  if (opt) check_checkpoint_optimizer(f, *opt);
   auto& store = model.params();
   const std::int64_t n = static_cast<std::int64_t>(store.size());
   std::vector<StateTensor<T>> state;

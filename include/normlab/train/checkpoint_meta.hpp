@@ -128,6 +128,17 @@ inline std::string checkpoint_optimizer(const io::SafetensorsFile& f) {
   return f.metadata().count("optimizer") ? f.metadata_value("optimizer") : std::string("adamw");
 }
 
+// The trainers' flag behind a built-in optimizer's hyperparameter, for a refusal
+// that says what to change ("" for a user's own).
+inline std::string optimizer_flag_hint(const std::string& k) {
+  static const std::map<std::string, std::string> flags = {
+      {"beta1", "--beta1"},         {"beta2", "--beta2"},       {"eps", "--eps"},
+      {"weight_decay", "--weight-decay"}, {"momentum", "--momentum"}, {"ns_steps", "--ns-steps"},
+      {"nesterov", "--nesterov"},   {"ns_precision", "--ns-precision"}, {"lr_ratio", "--muon-lr ÷ --lr"}};
+  const auto it = flags.find(k);
+  return it == flags.end() ? std::string() : " (" + it->second + ")";
+}
+
 // Refuses to resume an optimizer from another optimizer's state, or with other
 // hyperparameters than it was saved with (naming both).
 template <class Opt>
@@ -147,7 +158,8 @@ void check_checkpoint_optimizer(const io::SafetensorsFile& f, const Opt& opt) {
     else if (!recorded) continue;  // e.g. weight_decay: the driver checks run.weight_decay
     else throw Error(f.source() + ": checkpoint of optimizer '" + got + "' lacks its hyperparameter " + k);
     if (had != v)
-      throw Error(f.source() + ": checkpoint's optimizer has " + k + " = " + had + ", this run's has " + v);
+      throw Error(f.source() + ": checkpoint's optimizer has " + k + " = " + had + ", this run's has " + v +
+                  optimizer_flag_hint(k));
   }
 }
 

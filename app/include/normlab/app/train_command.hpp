@@ -163,7 +163,7 @@ inline void add_run_flags(CLI::App& app, TrainCommand& cmd, RawTrainFlags& raw) 
       ->capture_default_str()->check(integer(1, std::int64_t(1) << 30));
   app.add_option("--max-memory", raw.max_memory, "refuse a run planned above this size (e.g. 8G; default: the memory available)")
       ->check(byte_size());
-  app.add_option("--stop-at", o.stop_at, "stop after this step with a checkpoint, as if interrupted")->check(non_negative_integer());
+  app.add_option("--stop-at", o.stop_at, "stop after this step with a checkpoint, as if interrupted (0: never; a resumed run already past it goes on)")->check(non_negative_integer());
   app.add_option("--on-nonfinite", o.on_nonfinite, "on a non-finite loss/gradient: stop, or skip the update")
       ->check(CLI::IsMember({"stop", "skip"}))->capture_default_str();
   app.add_flag("--quiet", o.quiet, "print nothing but errors");

@@ -64,6 +64,12 @@ class TrainingRun {
     if (lead_) std::filesystem::create_directories(o_.out);
     if (resumed_) resume(*resumed_);
     else start_fresh();
+    if (start_ == o_.steps) {  // a finished run resumed: its summary and checkpoint stay as they are
+      if (!o_.quiet)
+        std::printf("%s is already %lld steps in, all of --steps: nothing to train (raise --steps to go on)\n",
+                    ckpt_.c_str(), static_cast<long long>(start_));
+      return 0;
+    }
     // The flags were compared at start; now what they produced: the data's content
     // (the same path may hold other files on another node), the start step and the
     // parameters every rank starts from.
@@ -162,6 +168,12 @@ class TrainingRun {
     oo_ = optimizer_options(o_);
     model_ = v_.make(mc, dp_->local_batch, o_.seq);
     opt_.emplace(detail::make_menu_optimizer(menu_, model(), oo_, *dp_, o_));
+    if (const std::vector<std::string> unread = oo_.unread_extra(); !unread.empty()) {
+      std::string asked;
+      for (const std::string& k : *oo_.asked) asked += (asked.empty() ? "" : ", ") + k;
+      throw Error("--opt " + unread.front() + ": optimizer '" + o_.optimizer + "' reads no such hyperparameter (" +
+                  (asked.empty() ? std::string("it reads none through --opt") : "it reads: " + asked) + ")");
+    }
     if (dp_->zero())
       memory_.optimizer =
           double(opt_->state().size()) * sizeof(float) * double(dp_->shard_end() - dp_->shard_begin());
@@ -191,9 +203,12 @@ class TrainingRun {
   }
 
   void resume(const io::SafetensorsFile& f) {
-    load_state(f);
+    load_state(f);  // names a checkpoint of another variant or shape first
     check_resumed_meta(f);
     start_ = checkpoint_int(f, "train.steps_done");
+    if (start_ > o_.steps)
+      throw Error(ckpt_.string() + ": the run is already " + std::to_string(start_) + " steps in, past --steps " +
+                  std::to_string(o_.steps) + ": a run cannot be shortened below the steps it has taken");
     check_length_change(f);
     // Temporary files of checkpoint writes a kill interrupted: never read, safe to drop.
     if (lead_)
