@@ -18,6 +18,7 @@
 #include <iterator>
 #include <limits>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -336,7 +337,8 @@ TEST_CASE("safetensors: metadata round trip", "[safetensors]") {
   w.add<float>("w", {2}, v);
   const auto f = SafetensorsFile::from_bytes(w.to_bytes(), "mem.safetensors");
   REQUIRE(f.source() == "mem.safetensors");
-  REQUIRE(f.metadata().size() == 4);
+  REQUIRE(f.metadata().size() == 5);  // and the data hash the writer adds
+  REQUIRE(f.metadata().count(kDataHashKey) == 1);
   REQUIRE(f.metadata_value("variant") == "gpt");
   REQUIRE(f.metadata_value("lr") == "0.001");
   REQUIRE(f.metadata_value("empty").empty());
@@ -344,13 +346,61 @@ TEST_CASE("safetensors: metadata round trip", "[safetensors]") {
   REQUIRE_THROWS_AS(f.metadata_value("nope"), Error);
   REQUIRE_THROWS_WITH(f.metadata_value("nope"), StartsWith("mem.safetensors") && Contains("nope"));
 
-  // No metadata: no "__metadata__" key is written, and the map is empty.
+  // No metadata set: the writer's "__metadata__" holds only the data hash; a file
+  // with no "__metadata__" (another writer's) reads an empty map.
   SafetensorsWriter w2;
   w2.add<float>("w", {2}, v);
-  const auto bytes = w2.to_bytes();
-  const std::string text(bytes.begin() + 8, bytes.end());
-  REQUIRE(text.find("__metadata__") == std::string::npos);
-  REQUIRE(SafetensorsFile::from_bytes(bytes, "m").metadata().empty());
+  REQUIRE(SafetensorsFile::from_bytes(w2.to_bytes(), "m").metadata().size() == 1);
+  const auto bare = load(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 8);
+  REQUIRE(bare.metadata().empty());
+}
+
+TEST_CASE("safetensors: a byte changed after writing is refused, naming the file, the hash is the same fed in pieces",
+          "[safetensors]") {
+  std::vector<float> a(1000), b(37);
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = float(i) * 0.25f;
+  for (std::size_t i = 0; i < b.size(); ++i) b[i] = -float(i);
+  const std::vector<std::uint8_t> c = {1, 2, 3};  // an odd byte count: the words straddle tensors
+  SafetensorsWriter w;
+  w.set_metadata("variant", "gpt");
+  w.add<float>("a", {1000}, a);
+  w.add<float>("b", {37}, b);
+  w.add<std::uint8_t>("c", {3}, c);
+  const std::vector<std::uint8_t> bytes = w.to_bytes();
+  const auto f = SafetensorsFile::from_bytes(bytes, "ok.safetensors");
+  REQUIRE(f.read<float>("b") == b);
+  std::uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  const std::size_t data = 8 + n, size = bytes.size() - data;
+  // Every byte of the data buffer, one bit flipped at a time at a few places: refused.
+  for (const std::size_t at : {std::size_t(0), std::size_t(7), size / 2, size - 4, size - 1}) {
+    std::vector<std::uint8_t> bad = bytes;
+    bad[data + at] ^= 0x10;
+    INFO("byte " << at << " of " << size);
+    REQUIRE_THROWS_WITH(SafetensorsFile::from_bytes(bad, "flipped.safetensors"),
+                        StartsWith("flipped.safetensors: ") && Contains("changed or damaged") &&
+                            Contains(kDataHashKey));
+  }
+  // The hash of the whole buffer equals the one fed tensor by tensor, and in random pieces.
+  normlab::io::detail::DataHash whole;
+  whole.update(bytes.data() + data, size);
+  REQUIRE(whole.text() == f.metadata_value(kDataHashKey));
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 20; ++trial) {
+    normlab::io::detail::DataHash pieces;
+    for (std::size_t at = 0; at < size;) {
+      const std::size_t len = std::min<std::size_t>(size - at, std::uniform_int_distribution<std::size_t>(0, 19)(rng));
+      pieces.update(bytes.data() + data + at, len);
+      at += len;
+    }
+    REQUIRE(pieces.text() == whole.text());
+  }
+  // Metadata copied from a written file into a writer of other data gets the new data's hash.
+  const std::vector<float> other(1000, 1.0f);
+  SafetensorsWriter copy;
+  for (const auto& [k, v] : f.metadata()) copy.set_metadata(k, v);
+  copy.add<float>("a", {1000}, other);
+  REQUIRE_NOTHROW(SafetensorsFile::from_bytes(copy.to_bytes(), "copy.safetensors"));
 }
 
 TEST_CASE("safetensors: writer output is deterministic, sorted and padded", "[safetensors]") {
