@@ -1,5 +1,6 @@
-// ngpt's float model on separate_memory_backend, compiled once (separate_memory_models.hpp).
-#define NORMLAB_SEPARATE_MEMORY_MODEL_HERE
+// ngpt's float model on separate_memory_backend, compiled once (separate_memory_models.hpp
+// declares it extern; a definition may follow that declaration in the same unit).
 #include "separate_memory_models.hpp"
 
-NORMLAB_SEPARATE_MEMORY_MODEL(template)
+template class normlab::Transformer<float, normlab::variants::ngpt::scheme, normlab::variants::ngpt::residual,
+                                    normlab::testing::separate_memory_backend>;

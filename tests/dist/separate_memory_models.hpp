@@ -6,12 +6,7 @@
 #include "normlab/train/variants.hpp"
 #include "../separate_memory_backend.hpp"
 
-#define NORMLAB_SEPARATE_MEMORY_MODEL(KIND)                                                    \
-  namespace normlab {                                                                          \
-  KIND class Transformer<float, variants::ngpt::scheme, variants::ngpt::residual,               \
-                         testing::separate_memory_backend>;                                    \
-  }
-
-#ifndef NORMLAB_SEPARATE_MEMORY_MODEL_HERE
-NORMLAB_SEPARATE_MEMORY_MODEL(extern template)
-#endif
+namespace normlab {
+extern template class Transformer<float, variants::ngpt::scheme, variants::ngpt::residual,
+                                  testing::separate_memory_backend>;
+}  // namespace normlab
