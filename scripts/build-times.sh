@@ -19,7 +19,7 @@ else
   rm -rf "$BUILD_DIR"
   export CCACHE_DISABLE=1
   cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNORMLAB_BUILD_BENCH=ON -DNORMLAB_MPI=ON \
-    -DNORMLAB_BLAS=ON ${NORMLAB_CMAKE_ARGS:-} > /dev/null
+    -DNORMLAB_BLAS=ON -DNORMLAB_BUILD_EXAMPLES=OFF ${NORMLAB_CMAKE_ARGS:-} > /dev/null
   t0=$(date +%s)
   cmake --build "$BUILD_DIR" -j 2 > /dev/null
   echo "build-times: clean build of $BUILD_DIR in $(( $(date +%s) - t0 )) s wall (ccache off, -j 2, $(nproc) cores)"

@@ -21,6 +21,7 @@
 
 #include "normlab/app/ablate.hpp"
 #include "normlab/app/context_report.hpp"
+#include "normlab/core/process.hpp"
 #include "temp_dir.hpp"
 
 namespace fs = std::filesystem;
@@ -720,8 +721,9 @@ void fake_trainer(const fs::path& bin, const std::string& variant, double to, in
 }
 
 // Runs normlab-ablate with `args` (already shell-quoted), output into `log`.
-int run_ablate(const std::string& args, const fs::path& log, const std::string& env = "") {
-  const std::string cmd = env + " '" + std::string(NORMLAB_ABLATE_EXE) + "' " + args + " > '" + log.string() + "' 2>&1";
+int run_ablate(const std::string& args, const fs::path& log, const std::string& env = "",
+               const fs::path& exe = NORMLAB_ABLATE_EXE) {
+  const std::string cmd = env + " '" + exe.string() + "' " + args + " > '" + log.string() + "' 2>&1";
   const int st = std::system(cmd.c_str());
   REQUIRE(st != -1);
   return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
@@ -792,12 +794,42 @@ TEST_CASE("ablate: normlab-ablate runs fake trainers and writes results.md", "[a
 TEST_CASE("ablate: normlab-ablate exits 2 naming a missing trainer before running anything", "[ablate][cli]") {
   CliStudy st({{"gpt", 2.0}, {"ngpt", 0.0}});
   const fs::path &out = st.out, &log = st.log;
-  const int rc = run_ablate("--variants gpt,ngpt,angpt --seeds 1" + st.dirs() + " -- --steps 10", log);
+  // A copy of the tool in a directory of its own: no trainer beside it either.
+  const fs::path tool = st.tmp.path / "tool" / "normlab-ablate";
+  fs::create_directories(tool.parent_path());
+  fs::copy_file(NORMLAB_ABLATE_EXE, tool);
+  const int rc = run_ablate("--variants gpt,ngpt,angpt --seeds 1" + st.dirs() + " -- --steps 10", log, "", tool);
   const std::string text = slurp(log);
   INFO(text);
   CHECK(rc == 2);
-  CHECK(text.find("train-angpt") != std::string::npos);
+  CHECK(text.find("missing trainer executable: " + (st.bin / "train-angpt").string() + " (looked in " +
+                  st.bin.string() + " and beside normlab-ablate, in " + tool.parent_path().string() +
+                  "). Nothing was run.") != std::string::npos);
   CHECK_FALSE(fs::exists(out / "gpt" / "seed1" / "summary.json"));  // nothing ran
+}
+
+TEST_CASE("ablate: normlab's own variant missing from --bin-dir trains with the trainer beside normlab-ablate",
+          "[ablate][cli]") {
+  // A user's project builds only its own variant (fake train-mine); normlab's gpt
+  // comes from the tool's directory (the build tree here, the package's bin/ when installed).
+  CliStudy st({{"mine", 2.0}});
+  const fs::path builtin = fs::path(NORMLAB_ABLATE_EXE).parent_path() / "train-gpt";
+  REQUIRE(normlab::is_executable_file(builtin));
+  const int rc = run_ablate("--variants gpt,mine --seeds 1 --timing-rounds 0" + st.dirs() +
+                                " -- --data synthetic --steps 4 --batch 2 --seq 8 --d 16 --layers 1 --heads 2"
+                                " --eval-every 2 --eval-batches 1 --ckpt-every 0 --threads 1 --quiet",
+                            st.log);
+  const std::string text = slurp(st.log);
+  INFO(text);
+  REQUIRE(rc == 0);
+  CHECK(text.find("[normlab-ablate] run 1/2: " + builtin.string() + " --seed 1") != std::string::npos);
+  CHECK(text.find("[normlab-ablate] run 2/2: " + (st.bin / "train-mine").string() + " --seed 1") != std::string::npos);
+  const nlohmann::json rec = nlohmann::json::parse(slurp(st.out / "ablation.json"));
+  CHECK(rec.at("trainers").at("gpt") == fs::absolute(builtin).string());
+  CHECK(rec.at("trainers").at("mine") == fs::absolute(st.bin / "train-mine").string());
+  const std::string md = slurp(st.out / "results.md");
+  CHECK(row_of(md, "gpt (baseline)").find("| 1 |") != std::string::npos);
+  CHECK(row_of(md, "mine").find("| 1 |") != std::string::npos);
 }
 
 TEST_CASE("ablate: normlab-ablate stops when a trainer fails, naming it and its exit code", "[ablate][cli]") {

@@ -486,12 +486,67 @@ fs::path budget_dir(const fs::path& out, double fraction, const std::string& var
 
 std::string join_ints(const std::vector<std::int64_t>& xs) {
   std::string out;
-  for (const auto x : xs) out += (out.empty() ? "" : ",") + std::to_string(x);
+  for (const auto x : xs) {
+    if (!out.empty()) out += ',';
+    out += std::to_string(x);
+  }
   return out;
 }
 
 fs::path context_dir(const fs::path& out, const std::string& variant, std::int64_t seed) {
   return run_dir(out, variant, seed) / "context";
+}
+
+// Where each variant's trainer is: train-<variant> in --bin-dir (default: this
+// tool's own directory). For normlab's own variants, when --bin-dir has none,
+// this tool's directory too: a user's project builds only its own variants, and
+// the package installs normlab's trainers beside normlab-ablate.
+struct Trainers {
+  fs::path bin, self;  // self: empty when /proc/self/exe cannot be read (then --bin-dir only)
+  std::map<std::string, fs::path> exe;
+  // Another of normlab's programs (normlab-eval): in --bin-dir, else beside this tool.
+  fs::path tool(const std::string& name) const {
+    if (is_executable_file(bin / name) || self.empty()) return bin / name;
+    return self / name;
+  }
+};
+
+// Exits 2 (UsageError) naming an unknown variant, or every trainer missing, before anything runs.
+Trainers find_trainers(const std::vector<std::string>& variants, const std::string& bin_dir) {
+  Trainers t;
+  std::error_code ec;
+  const fs::path self_exe = fs::read_symlink("/proc/self/exe", ec);
+  if (ec && bin_dir.empty())
+    throw normlab::Error("cannot find this executable's directory (/proc/self/exe): " + ec.message() +
+                         "; pass --bin-dir");
+  if (!ec) t.self = self_exe.parent_path();
+  t.bin = bin_dir.empty() ? t.self : fs::path(bin_dir);
+  const bool fallback = !t.self.empty() && !bin_dir.empty() && fs::weakly_canonical(t.bin) != t.self;
+  std::vector<std::string> missing;
+  for (const auto& v : variants) {
+    const std::string name = "train-" + v;
+    const bool builtin = normlab::is_builtin_variant_name(v);
+    if (is_executable_file(t.bin / name)) {
+      t.exe[v] = t.bin / name;
+    } else if (!builtin) {
+      throw UsageError("unknown variant '" + v + "' (known: " + normlab::known_variants() +
+                       "; a variant of your own needs its " + name + " in --bin-dir)");
+    } else if (fallback && is_executable_file(t.self / name)) {
+      t.exe[v] = t.self / name;
+    } else {
+      missing.push_back((t.bin / name).string());
+    }
+  }
+  if (missing.empty()) return t;
+  std::string msg = "missing trainer executable" + std::string(missing.size() > 1 ? "s" : "") + ": ";
+  for (std::size_t i = 0; i < missing.size(); ++i) {
+    if (i) msg += ", ";
+    msg += missing[i];
+  }
+  msg += " (looked in " + t.bin.string();
+  if (bin_dir.empty()) msg += ", this tool's directory; set --bin-dir";
+  else if (fallback) msg += " and beside normlab-ablate, in " + t.self.string();
+  throw UsageError(msg + "). Nothing was run.");
 }
 
 int run(int argc, char** argv) {
@@ -519,7 +574,8 @@ int run(int argc, char** argv) {
                  "baseline); known: " + normlab::known_variants());
   app.add_option("--seeds", o.seeds_s, "REQUIRED (but with --report-only): comma-separated seeds, e.g. 1,2,3");
   app.add_option("--out", o.out, "output directory; runs go to OUT/<variant>/seed<S>")->required();
-  app.add_option("--bin-dir", o.bin_dir, "where the train-<variant> executables are (default: this tool's directory)");
+  app.add_option("--bin-dir", o.bin_dir, "where the train-<variant> executables are (default: this tool's directory); normlab's own "
+                 "variants not there are taken from this tool's directory (the installed package's)");
   app.add_option("--lr-grid", o.lr_grid_s,
                  "sweep these peak learning rates first (e.g. 1e-3,3e-3,1e-2,3e-2): every variant for --sweep-steps "
                  "at each, on the first seed; each variant's full runs then use the rate with the lowest final val loss");
@@ -698,33 +754,7 @@ int run(int argc, char** argv) {
       if (pass_value(o.pass, "--lr")) throw UsageError("--lrs sets each variant's --lr: do not also pass --lr");
       given_lr = parse_lrs(o.lrs_s, variants);
     }
-    fs::path bin = o.bin_dir;
-    if (bin.empty()) {
-      std::error_code ec;
-      const fs::path self = fs::read_symlink("/proc/self/exe", ec);
-      if (ec) throw normlab::Error("cannot find this executable's directory (/proc/self/exe): " + ec.message() +
-                                   "; pass --bin-dir");
-      bin = self.parent_path();
-    }
-    std::vector<std::string> missing;
-    for (const auto& v : variants) {
-      if (!normlab::is_builtin_variant_name(v) && !is_executable_file(bin / ("train-" + v)))
-        throw UsageError("unknown variant '" + v + "' (known: " + normlab::known_variants() +
-                         "; a variant of your own needs its train-" + v + " in --bin-dir)");
-    }
-    for (const auto& v : variants)
-      if (!is_executable_file(bin / ("train-" + v))) missing.push_back((bin / ("train-" + v)).string());
-    if (!missing.empty()) {
-      std::string msg = "missing trainer executable" + std::string(missing.size() > 1 ? "s" : "") + ": ";
-      for (std::size_t i = 0; i < missing.size(); ++i) {
-        if (i) msg += ", ";
-        msg += missing[i];
-      }
-      msg += " (looked in " + bin.string() + (o.bin_dir.empty() ? ", this tool's directory; set --bin-dir" : "") +
-             "). Nothing was run.";
-      throw UsageError(msg);
-    }
-
+    const Trainers trainers = find_trainers(variants, o.bin_dir);
     // A study is resumable: a rerun skips finished runs and resumes interrupted
     // ones, so it must be the same study (same trainer flags).
     if (record) {
@@ -774,8 +804,9 @@ int run(int argc, char** argv) {
       fs::create_directories(out);
       nlohmann::json rec = {{"date", info.date},          {"command_line", command_line},
                             {"config", info.config},      {"variants", variants},
-                            {"seeds", seeds},             {"bin_dir", fs::absolute(bin).string()},
+                            {"seeds", seeds},             {"bin_dir", fs::absolute(trainers.bin).string()},
                             {"pass_through", o.pass}};
+      for (const auto& [v, exe] : trainers.exe) rec["trainers"][v] = fs::absolute(exe).string();
       if (!grid.empty()) {
         rec["lr_grid"] = grid;
         rec["sweep_steps"] = o.sweep_steps;
@@ -802,7 +833,7 @@ int run(int argc, char** argv) {
         std::printf("[normlab-ablate] run %zu/%zu: %s %s diverged earlier: skipped\n", k, total, v.c_str(), what.c_str());
         return;
       }
-      const fs::path exe = bin / ("train-" + v);
+      const fs::path& exe = trainers.exe.at(v);
       std::vector<std::string> args{"--seed", std::to_string(s), "--out", dir.string()};
       args.insert(args.end(), o.pass.begin(), o.pass.end());
       args.insert(args.end(), extra.begin(), extra.end());
@@ -972,7 +1003,7 @@ int run(int argc, char** argv) {
           args.insert(args.end(), o.pass.begin(), o.pass.end());
           args = rate_args(v, std::move(args));
           args.insert(args.end(), {"--time-steps", std::to_string(o.timing_steps), "--quiet"});
-          exes.push_back(bin / ("train-" + v));
+          exes.push_back(trainers.exe.at(v));
           all_args.push_back(std::move(args));
         }
         time_round_step_by_step(variants, o.timing_steps, exes, all_args, r);
@@ -1001,9 +1032,10 @@ int run(int argc, char** argv) {
     }
     // 4. Each run's final checkpoint past its training context (skipped when done).
     if (!multiples.empty()) {
-      const fs::path eval_exe = bin / "normlab-eval";
+      const fs::path eval_exe = trainers.tool("normlab-eval");
       if (!is_executable_file(eval_exe))
-        throw UsageError("--extrapolate needs normlab-eval beside the trainers: " + eval_exe.string() + " is missing");
+        throw UsageError("--extrapolate needs normlab-eval beside the trainers or beside normlab-ablate: " +
+                         eval_exe.string() + " is missing");
       for (const auto& v : variants)
         for (const auto s : seeds) {
           const fs::path dir = context_dir(out, v, s);

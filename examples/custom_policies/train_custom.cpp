@@ -3,8 +3,8 @@
 // my_policies.hpp, with the user's own optimizer from my_optimizer.hpp offered
 // beside normlab's (--optimizer sgd) and a schedule of its own (--schedule
 // inv_sqrt). CMake compiles this file once per
-// variant with MY_TRAIN_VARIANT set (gpt_dyt, gpt_periln, gpt_gated, or
-// normlab's gpt).
+// variant with MY_TRAIN_VARIANT set (gpt_dyt, gpt_periln, gpt_gated; normlab's
+// own gpt, the table's baseline, is the package's train-gpt).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>

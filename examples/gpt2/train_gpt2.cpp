@@ -1,6 +1,7 @@
-// train-<variant> for the GPT-2 block and nGPT on its shapes (or normlab's gpt / ngpt, the table's
-// anchors): normlab's driver instantiated on a tag from gpt2.hpp. CMake
-// compiles this file once per variant with MY_TRAIN_VARIANT set.
+// train-<variant> for the GPT-2 block and nGPT on its shapes: normlab's driver
+// instantiated on a tag from gpt2.hpp. CMake compiles this file once per variant
+// with MY_TRAIN_VARIANT set; the table's anchors, normlab's gpt and ngpt, are the
+// package's own trainers.
 #include <normlab/app/driver.hpp>
 
 #include "gpt2.hpp"

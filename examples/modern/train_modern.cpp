@@ -1,6 +1,6 @@
-// train-<variant> for the modern block (or normlab's gpt / ngpt, the table's
-// anchors): normlab's driver instantiated on a tag from modern.hpp. CMake
-// compiles this file once per variant with MY_TRAIN_VARIANT set.
+// train-modern: normlab's driver instantiated on the modern block's tag from
+// modern.hpp (MY_TRAIN_VARIANT, set by CMake). The table's anchors, normlab's
+// gpt and ngpt, are the package's own trainers.
 #include <normlab/app/driver.hpp>
 
 #include "modern.hpp"

@@ -1,15 +1,18 @@
-# Install normlab from SOURCE_DIR into a scratch prefix, then configure, build
-# and run the consumer project against it. Any failure fails the test.
+# Install normlab from SOURCE_DIR into a scratch prefix (headers only), then
+# configure, build and run against it the consumer project (the install test)
+# or, with -DEXAMPLES=ON, examples/ (the stand-alone examples test). Any
+# failure fails the test.
 file(REMOVE_RECURSE ${WORK_DIR})
 include(${CMAKE_CURRENT_LIST_DIR}/../run_checked.cmake)
 include(${CMAKE_CURRENT_LIST_DIR}/../install_normlab.cmake)
 install_normlab(OFF)
-run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/consumer -B ${WORK_DIR}/consumer-build -G ${GENERATOR}
-    -DCMAKE_PREFIX_PATH=${NORMLAB_PREFIX} -DCMAKE_BUILD_TYPE=Release)
-run(${CMAKE_COMMAND} --build ${WORK_DIR}/consumer-build)
-run(${WORK_DIR}/consumer-build/consumer)
-message(STATUS "consumer built and ran against the installed normlab")
-if(EXAMPLES)
+if(NOT EXAMPLES)
+  run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/consumer -B ${WORK_DIR}/consumer-build -G ${GENERATOR}
+      -DCMAKE_PREFIX_PATH=${NORMLAB_PREFIX} -DCMAKE_BUILD_TYPE=Release)
+  run(${CMAKE_COMMAND} --build ${WORK_DIR}/consumer-build)
+  run(${WORK_DIR}/consumer-build/consumer)
+  message(STATUS "consumer built and ran against the installed normlab")
+else()
   # examples/ copied out of the tree, as a user would, and built against the package.
   file(COPY ${SOURCE_DIR}/examples/ DESTINATION ${WORK_DIR}/examples-copy)
   # Warnings are errors here: the test command builds the examples only here, not

@@ -4,9 +4,9 @@ cmake_policy(SET CMP0053 NEW)
 # build it against the package (no access to normlab's sources), then
 #   1. gradcheck_custom: DyT, Peri-LN and gated_add pass float64 finite
 #      differences at 1e-6 with normlab's checker;
-#   2. normlab-ablate (normlab's own tool, -DABLATE) trains normlab's gpt and the
-#      three custom variants through normlab's driver, from the project's
-#      --bin-dir, and its table lists every one of them;
+#   2. the installed normlab-ablate (-DABLATE) trains normlab's gpt (the
+#      package's trainer) and the three custom variants through normlab's driver,
+#      from the project's --bin-dir, and its table lists every one of them;
 #   3. the user's own optimizer (my_optimizer.hpp, --optimizer sgd) trains
 #      gpt_dyt through the driver with falling loss, its momentum buffer in the
 #      checkpoint, and a stopped and resumed run ends byte-identical to a

@@ -8,7 +8,8 @@ cmake_policy(SET CMP0053 NEW)
 #   2. gpt2 trains through normlab's driver: its checkpoint records learned
 #      positions, their table and the biases, and a RoPE run resuming from it is
 #      refused naming the field (exit 2);
-#   3. normlab-ablate trains gpt, ngpt, gpt2 and ngpt_gpt2 into one table.
+#   3. the installed normlab-ablate (-DABLATE) trains gpt and ngpt (the package's
+#      trainers) and gpt2 and ngpt_gpt2 (the project's) into one table.
 file(REMOVE_RECURSE ${WORK_DIR})
 include(${CMAKE_CURRENT_LIST_DIR}/../run_checked.cmake)
 include(${CMAKE_CURRENT_LIST_DIR}/../install_normlab.cmake)

@@ -8,7 +8,9 @@ cmake_policy(SET CMP0053 NEW)
 #   2. the modern variant trains through normlab's driver: its checkpoint
 #      records the shape (n_kv_heads 2, attn_window 16), and a full-attention
 #      run resuming from it is refused naming the field (exit 2);
-#   3. normlab-ablate (-DABLATE) trains gpt, ngpt and modern into one table.
+#   3. the installed normlab-ablate (-DABLATE) trains gpt, ngpt and modern into
+#      one table: train-modern from the project's --bin-dir, gpt and ngpt with the
+#      package's trainers beside the tool (recorded in ablation.json).
 file(REMOVE_RECURSE ${WORK_DIR})
 include(${CMAKE_CURRENT_LIST_DIR}/../run_checked.cmake)
 include(${CMAKE_CURRENT_LIST_DIR}/../install_normlab.cmake)
@@ -56,6 +58,17 @@ message(STATUS "normlab-ablate's table:\n${table}")
 foreach(v gpt ngpt modern)
   if(NOT table MATCHES "\n\\| ${v}( \\(baseline\\))? \\| 1 \\| [0-9]+\\.[0-9]+ \\|")
     message(FATAL_ERROR "results.md has no row with a final loss for ${v}:\n${table}")
+  endif()
+endforeach()
+file(READ ${WORK_DIR}/study/ablation.json record)
+get_filename_component(tool_dir ${ABLATE} DIRECTORY)
+foreach(v_dir "gpt|${tool_dir}" "ngpt|${tool_dir}" "modern|${WORK_DIR}/build")
+  string(REPLACE "|" ";" v_dir "${v_dir}")
+  list(GET v_dir 0 v)
+  list(GET v_dir 1 dir)
+  string(JSON exe GET "${record}" trainers ${v})
+  if(NOT exe STREQUAL "${dir}/train-${v}")
+    message(FATAL_ERROR "ablation.json: ${v} ran ${exe}, not ${dir}/train-${v}")
   endif()
 endforeach()
 message(STATUS "modern: gradcheck and decode passed, trained by normlab's driver, in normlab-ablate's table")
