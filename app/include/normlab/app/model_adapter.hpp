@@ -93,15 +93,4 @@ VariantEntry<Backend> variant_entry() {
   return e;
 }
 
-// The built-in variants' entries on the CPU backend (their adapters, checkpoint
-// I/O and sampling), compiled once per variant in normlab_entries
-// (app/src/variant_entry.cpp) where a trainer links it (NORMLAB_PREBUILT_ENTRIES):
-// train-<variant>'s own translation unit then compiles only its main().
-#ifdef NORMLAB_PREBUILT_ENTRIES
-#define NORMLAB_EXTERN_ENTRY(NAME, ...) \
-  extern template VariantEntry<cpu_backend> variant_entry<variants::NAME, cpu_backend>();
-NORMLAB_BUILTIN_VARIANTS(NORMLAB_EXTERN_ENTRY)
-#undef NORMLAB_EXTERN_ENTRY
-#endif
-
 }  // namespace normlab
