@@ -34,3 +34,40 @@
   EXT template void column_dot_accumulate<Scalar>(Scalar* ds, const Scalar* dy, const Scalar* x, std::int64_t N, std::int64_t L, Scalar c); \
   EXT template void column_dot_accumulate_diff<Scalar>(Scalar* ds, const Scalar* dy, const Scalar* a, const Scalar* b, std::int64_t N, std::int64_t L); \
   EXT template double cross_entropy<Scalar>(Scalar* dlogits, const Scalar* logits, const std::int64_t* targets, std::int64_t N, std::int64_t V);
+
+// cpu::gemm itself for both scalars and every storage order: the bf16
+// overloads below and the backend's own products call it directly.
+#define NORMLAB_CPU_GEMM_INSTANCE(EXT, Scalar, Lhs, Rhs) \
+  EXT template void gemm<Scalar, Lhs, Rhs>(std::int64_t M, std::int64_t N, std::int64_t K, const Scalar* A, std::int64_t lda, const Scalar* B, std::int64_t ldb, Scalar* C, std::int64_t ldc, bool accumulate, Scalar alpha);
+#define NORMLAB_CPU_GEMM_INSTANCES(EXT, Scalar) \
+  NORMLAB_CPU_GEMM_INSTANCE(EXT, Scalar, Eigen::RowMajor, Eigen::RowMajor) \
+  NORMLAB_CPU_GEMM_INSTANCE(EXT, Scalar, Eigen::RowMajor, Eigen::ColMajor) \
+  NORMLAB_CPU_GEMM_INSTANCE(EXT, Scalar, Eigen::ColMajor, Eigen::RowMajor) \
+  NORMLAB_CPU_GEMM_INSTANCE(EXT, Scalar, Eigen::ColMajor, Eigen::ColMajor)
+
+// What a bf16 run's overloads (operands and activations kept in bf16) run on:
+// the stored-operand products, the activations' and RMSNorm's backward reading
+// bf16, and (with the AVX-512 attention) attention over bf16 q, k, v or y. Only
+// where the build has the bf16 engine (NORMLAB_HAVE_BF16GEMM_AVX512).
+#define NORMLAB_CPU_BF16_STORED_GEMM(EXT, Lhs, Rhs, TA, TB) \
+  EXT template void gemm_bf16_stored<Lhs, Rhs, TA, TB>(std::int64_t M, std::int64_t N, std::int64_t K, const TA* A, std::int64_t lda, const TB* B, std::int64_t ldb, float* C, std::int64_t ldc, bool accumulate, float alpha);
+#define NORMLAB_CPU_BF16_MLP_BACKWARD(EXT, D) \
+  EXT template void pointwise_backward<float, bfloat16, D>(Pointwise fn, D* du, const float* dact, const bfloat16* u, std::int64_t n); \
+  EXT template void swiglu_backward<float, bfloat16, D>(D* duv, const float* dact, const bfloat16* uv, std::int64_t N, std::int64_t F); \
+  EXT template void scaled_swiglu_backward<float, bfloat16, D>(D* duv, float* ds, const float* dact, const bfloat16* uv, const float* s, std::int64_t N, std::int64_t F, float c);
+#define NORMLAB_CPU_BF16_OP_INSTANCES(EXT) \
+  NORMLAB_CPU_BF16_STORED_GEMM(EXT, Eigen::RowMajor, Eigen::ColMajor, bfloat16, float) \
+  NORMLAB_CPU_BF16_STORED_GEMM(EXT, Eigen::ColMajor, Eigen::RowMajor, float, bfloat16) \
+  NORMLAB_CPU_BF16_STORED_GEMM(EXT, Eigen::RowMajor, Eigen::RowMajor, bfloat16, float) \
+  NORMLAB_CPU_BF16_STORED_GEMM(EXT, Eigen::ColMajor, Eigen::RowMajor, bfloat16, float) \
+  NORMLAB_CPU_BF16_STORED_GEMM(EXT, Eigen::ColMajor, Eigen::RowMajor, bfloat16, bfloat16) \
+  NORMLAB_CPU_BF16_MLP_BACKWARD(EXT, float) \
+  NORMLAB_CPU_BF16_MLP_BACKWARD(EXT, bfloat16) \
+  EXT template void detail::rmsnorm_backward<float, bfloat16>(float* dx, float* dw, const float* dy, const bfloat16* x, const float* w, const float* rstd, std::int64_t N, std::int64_t C);
+#define NORMLAB_CPU_BF16_ATTENTION_BACKWARD(EXT, TQ, TY) \
+  EXT template void detail::attention_backward_heads<TQ, TY>(float* dq, float* dk_, float* dv, const float* dy, const TY* y, const float* lse, const TQ* q, const TQ* k, const TQ* v, std::int64_t B, std::int64_t seq, std::int64_t H, std::int64_t dk, float scale, std::int64_t window, bool bf16);
+#define NORMLAB_CPU_BF16_ATTENTION_INSTANCES(EXT) \
+  EXT template void detail::attention_forward_heads<bfloat16>(float* y, float* lse, const bfloat16* q, const bfloat16* k, const bfloat16* v, std::int64_t B, std::int64_t seq, std::int64_t H, std::int64_t dk, float scale, std::int64_t window, bool bf16); \
+  NORMLAB_CPU_BF16_ATTENTION_BACKWARD(EXT, float, bfloat16) \
+  NORMLAB_CPU_BF16_ATTENTION_BACKWARD(EXT, bfloat16, float) \
+  NORMLAB_CPU_BF16_ATTENTION_BACKWARD(EXT, bfloat16, bfloat16)

@@ -33,5 +33,13 @@
 namespace normlab::cpu {
 NORMLAB_CPU_OP_INSTANCES(extern, float)
 NORMLAB_CPU_OP_INSTANCES(extern, double)
+NORMLAB_CPU_GEMM_INSTANCES(extern, float)
+NORMLAB_CPU_GEMM_INSTANCES(extern, double)
+#if defined(NORMLAB_HAVE_BF16GEMM_AVX512)
+NORMLAB_CPU_BF16_OP_INSTANCES(extern)
+#if defined(NORMLAB_HAVE_ATTENTION_AVX512)
+NORMLAB_CPU_BF16_ATTENTION_INSTANCES(extern)
+#endif
+#endif
 }  // namespace normlab::cpu
 #endif
