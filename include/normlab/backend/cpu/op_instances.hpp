@@ -35,8 +35,8 @@
   EXT template void column_dot_accumulate_diff<Scalar>(Scalar* ds, const Scalar* dy, const Scalar* a, const Scalar* b, std::int64_t N, std::int64_t L); \
   EXT template double cross_entropy<Scalar>(Scalar* dlogits, const Scalar* logits, const std::int64_t* targets, std::int64_t N, std::int64_t V);
 
-// cpu::gemm itself for both scalars and every storage order: the bf16
-// overloads below and the backend's own products call it directly.
+// cpu::gemm itself for both scalars and every storage order: the bf16 overloads
+// below, attention's portable path, the tests and the benchmarks call it directly.
 #define NORMLAB_CPU_GEMM_INSTANCE(EXT, Scalar, Lhs, Rhs) \
   EXT template void gemm<Scalar, Lhs, Rhs>(std::int64_t M, std::int64_t N, std::int64_t K, const Scalar* A, std::int64_t lda, const Scalar* B, std::int64_t ldb, Scalar* C, std::int64_t ldc, bool accumulate, Scalar alpha);
 #define NORMLAB_CPU_GEMM_INSTANCES(EXT, Scalar) \
