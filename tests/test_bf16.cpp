@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "normlab/backend/cpu/gemm.hpp"
+#include "normlab/backend/cpu/gram.hpp"
 #include "normlab/backend/cpu/ops.hpp"
 #include "normlab/core/precision.hpp"
 #include "normlab/backend/cpu/backend.hpp"
@@ -167,13 +168,15 @@ TEST_CASE("bf16: the GEMM engine against float64 products of rounded and of exac
 TEST_CASE("bf16: a product has the same bits on one thread, on the team and inside a parallel region", "[bf16]") {
   skip_without_bf16();
   // C split by rows (M >= N) and by columns (M < N), B read both ways: on the
-  // tile unit the team packs the shared operand once and hands out pieces;
+  // tile unit, and on AVX-512 BF16 from 3072 rows or columns on, the team packs
+  // the shared operand once and hands out pieces (partial panels in both the
+  // pieces and the shared parts here); below that each piece packs its own;
   // inside a parallel region (attention's heads) one serial product runs. All
-  // three must give the same bits.
+  // must give the same bits.
   struct Shape {
     std::int64_t M, N, K;
   };
-  for (const Shape s : {Shape{1100, 384, 700}, Shape{300, 1100, 700}}) {
+  for (const Shape s : {Shape{1100, 384, 700}, Shape{300, 1100, 700}, Shape{3101, 390, 700}, Shape{302, 3101, 700}}) {
     std::mt19937_64 rng(9);
     std::normal_distribution<float> g(0.0f, 1.0f);
     std::vector<float> A(std::size_t(s.M * s.K)), B(std::size_t(s.K * s.N));

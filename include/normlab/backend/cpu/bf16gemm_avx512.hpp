@@ -292,6 +292,44 @@ NORMLAB_BF16_TARGET inline void tile_product(std::int64_t nm, std::int64_t nn, s
   }
 }
 
+// A K-slab's pairs of k: a packed panel's stride.
+inline std::int64_t slab_pairs(std::int64_t kn) { return (kn + 1) / 2; }
+
+// One piece of a product whose shared operand the team packed (gemm.hpp:
+// avx512_bf16_shared_gemm): C's rows [i0, i0+m) over op(B)'s K-slab [k0, k0+kn)
+// packed whole (pack_b over its N columns, column c at packedB + c·kp), A's rows
+// packed here per kMC block into `pack` (kPackFloats floats). gemm's arithmetic
+// on the same kernel, tile for tile: the same bits.
+template <bool kRowA, class TA>
+NORMLAB_BF16_TARGET void gemm_slab_rows(std::int64_t i0, std::int64_t m, std::int64_t N, std::int64_t k0,
+                                        std::int64_t kn, const TA* A, std::int64_t lda, const std::uint32_t* packedB,
+                                        float* C, std::int64_t ldc, bool add, float alpha, float* pack) {
+  auto* packA = reinterpret_cast<std::uint32_t*>(pack + kPackBFloats);
+  const std::int64_t kp = slab_pairs(kn);
+  for (std::int64_t i = i0; i < i0 + m; i += kMC) {
+    const std::int64_t mm = std::min(kMC, i0 + m - i);
+    pack_a<kRowA>(packA, A, lda, i, mm, k0, kn);
+    for (std::int64_t j0 = 0; j0 < N; j0 += kNC)
+      tile_product<kMR>(mm, std::min(kNC, N - j0), kp, packA, packedB + j0 * kp, C + i * ldc + j0, ldc, alpha, add);
+  }
+}
+// The same for C's columns [j0, j0+n), with op(A)'s slab packed whole (pack_a
+// over its M rows, row r at packedA + r·kp).
+template <bool kRowB, class TB>
+NORMLAB_BF16_TARGET void gemm_slab_columns(std::int64_t j0, std::int64_t n, std::int64_t M, std::int64_t k0,
+                                           std::int64_t kn, const std::uint32_t* packedA, const TB* B,
+                                           std::int64_t ldb, float* C, std::int64_t ldc, bool add, float alpha,
+                                           float* pack) {
+  auto* packB = reinterpret_cast<std::uint32_t*>(pack);
+  const std::int64_t kp = slab_pairs(kn);
+  for (std::int64_t j = j0; j < j0 + n; j += kNC) {
+    const std::int64_t nn = std::min(kNC, j0 + n - j);
+    pack_b<kRowB>(packB, B, ldb, k0, kn, j, nn);
+    for (std::int64_t i = 0; i < M; i += kMC)
+      tile_product<kMR>(std::min(kMC, M - i), nn, kp, packedA + i * kp, packB, C + i * ldc + j, ldc, alpha, add);
+  }
+}
+
 // C(M,N) (row-major, ldc) = alpha · op(A)·op(B) with both operands rounded to
 // bf16, plus C when `add`; on the calling thread; the operands' conventions as
 // avx512::sgemm's. `pack`: kPackFloats floats of 64-byte aligned scratch (the

@@ -265,22 +265,26 @@ void serial_sgemm(std::int64_t M, std::int64_t N, std::int64_t K, const float* A
 #endif
 }
 
+// A piece's length: len in 2 to 8 pieces of about 512, rounded up to whole multiples of `quantum`.
+inline std::int64_t piece_step(std::int64_t len, std::int64_t quantum) {
+  const std::int64_t pieces = std::clamp<std::int64_t>(len / 512, 2, 8);
+  return ((len + pieces - 1) / pieces + quantum - 1) / quantum * quantum;
+}
+
 // A large product's C in fixed pieces along its longer side, handed out dynamically to the OpenMP
 // team: a thread on a slower (or busier) core takes fewer. The pieces depend on the shape only and
 // each is one serial product: the same bits for any thread count. Each packs the other operand
-// again (a few % of the work in pieces of ≥ 512 rows; the tile unit's team product packs it once).
+// again (a few % of the work in pieces of ≥ 512 rows; the bf16 engines' team product packs it once).
 // Pieces are whole micro-tiles of the engine's kernel (AVX-512's 14 × 32). piece(split_rows, first, count).
 template <class Piece>
 void for_each_piece(std::int64_t M, std::int64_t N, Piece&& piece) {
   const bool split_rows = M >= N;
   const std::int64_t len = split_rows ? M : N;
-  const std::int64_t pieces = std::clamp<std::int64_t>(len / 512, 2, 8);
 #if defined(NORMLAB_HAVE_SGEMM_AVX512)
-  const std::int64_t quantum = split_rows ? avx512::kMR : avx512::kNR;
+  const std::int64_t step = piece_step(len, split_rows ? avx512::kMR : avx512::kNR);
 #else
-  const std::int64_t quantum = 16;
+  const std::int64_t step = piece_step(len, 16);
 #endif
-  const std::int64_t step = ((len + pieces - 1) / pieces + quantum - 1) / quantum * quantum;
   const std::int64_t count = (len + step - 1) / step;
   auto one = [&](std::int64_t p) {
     const std::int64_t b = p * step;
@@ -303,46 +307,86 @@ void for_each_piece(std::int64_t M, std::int64_t N, Piece&& piece) {
   }
 }
 
-#if defined(NORMLAB_HAVE_BF16GEMM_AMX)
-// A large bf16 product on the tile unit, where packing is not quick beside the products: the team packs
-// the shared operand's K-slab once, in parts (min(M, N) × 256 pairs at most), not once per piece; C's
-// pieces (as for_each_piece's, on 32-row blocks), handed out dynamically, read it with amx::gemm's
-// arithmetic: one serial product's bits for any thread count. Then every bf16 product's dispatch.
-template <bool kRowA, bool kRowB, class TA, class TB>
-void amx_shared_gemm(std::int64_t M, std::int64_t N, std::int64_t K, const TA* A, std::int64_t lda, const TB* B,
-                     std::int64_t ldb, float* C, std::int64_t ldc, bool accumulate, float alpha) {
-  const bool split_rows = M >= N;
-  const std::int64_t len = split_rows ? M : N, width = split_rows ? N : M;
-  const std::int64_t pieces = std::clamp<std::int64_t>(len / 512, 2, 8);
-  const std::int64_t step = amx::round_up((len + pieces - 1) / pieces, amx::kBlock);
-  const std::int64_t count = (len + step - 1) / step;
-  const std::int64_t part = amx::round_up((width + 7) / 8, amx::kBlock);
-  const std::int64_t parts = (width + part - 1) / part;
-  auto* shared = reinterpret_cast<std::uint32_t*>(thread_scratch<float, kGemmShared>(
-      std::size_t(amx::round_up(width, amx::kBlock) * amx::slab_pairs(std::min(K, amx::kKC)))));
+#if defined(NORMLAB_HAVE_BF16GEMM_AVX512)
+// A large bf16 product over the team, where packing is not quick beside the products: the team packs
+// the shared operand's K-slab once, in parts (min(M, N) × a slab's pairs), not once per piece; C's pieces
+// along the longer side (as for_each_piece's), handed out dynamically, read it with the engine's
+// serial arithmetic: one serial product's bits for any thread count. `step` and `part` are whole
+// panels of the engine; pack_part(shared, k0, kn, first, count) packs a part of the shared operand's
+// slab, slab(shared, k0, kn, first, count, pack) computes a piece of C over it.
+template <class PackPart, class Slab>
+void team_shared_product(std::int64_t len, std::int64_t width, std::int64_t K, std::int64_t kc, std::int64_t step,
+                         std::int64_t part, std::size_t shared_words, PackPart&& pack_part, Slab&& slab) {
+  const std::int64_t count = (len + step - 1) / step, parts = (width + part - 1) / part;
+  auto* shared = reinterpret_cast<std::uint32_t*>(thread_scratch<float, kGemmShared>(shared_words));
 #pragma omp parallel
   {
     float* pack = thread_scratch<float, kSgemmPack>(std::size_t(avx512::kPackFloats));
-    for (std::int64_t k0 = 0; k0 < K; k0 += amx::kKC) {
-      const std::int64_t kn = std::min(amx::kKC, K - k0), kp = amx::slab_pairs(kn);
+    for (std::int64_t k0 = 0; k0 < K; k0 += kc) {
+      const std::int64_t kn = std::min(kc, K - k0);
 #pragma omp for schedule(static)
-      for (std::int64_t q = 0; q < parts; ++q) {
-        const std::int64_t b = q * part, n = std::min(part, width - b);
-        if (split_rows)
+      for (std::int64_t q = 0; q < parts; ++q) pack_part(shared, k0, kn, q * part, std::min(part, width - q * part));
+#pragma omp for schedule(dynamic, 1)
+      for (std::int64_t p = 0; p < count; ++p) slab(shared, k0, kn, p * step, std::min(step, len - p * step), pack);
+    }
+  }
+}
+
+// On AVX-512 BF16: C's pieces on the kernel's 14-row or 32-column panels, the shared operand's parts on
+// its own panels (B's 32 columns, A's 14 rows).
+template <bool kRowA, bool kRowB, class TA, class TB>
+void avx512_bf16_shared_gemm(std::int64_t M, std::int64_t N, std::int64_t K, const TA* A, std::int64_t lda,
+                             const TB* B, std::int64_t ldb, float* C, std::int64_t ldc, bool accumulate, float alpha) {
+  namespace e = avx512::bf16;
+  const bool rows = M >= N;
+  const std::int64_t len = rows ? M : N, width = rows ? N : M, kp = e::slab_pairs(std::min(K, avx512::kKC));
+  const std::int64_t step = piece_step(len, rows ? avx512::kMR : avx512::kNR);
+  const std::int64_t part_quantum = rows ? avx512::kNR : avx512::kMR;
+  const std::int64_t part = ((width + 7) / 8 + part_quantum - 1) / part_quantum * part_quantum;
+  const std::size_t words = std::size_t((width + part_quantum - 1) / part_quantum * part_quantum * kp);
+  team_shared_product(
+      len, width, K, avx512::kKC, step, part, words,
+      [&](std::uint32_t* shared, std::int64_t k0, std::int64_t kn, std::int64_t b, std::int64_t n) {
+        if (rows)
+          e::pack_b<kRowB>(shared + b * e::slab_pairs(kn), B, ldb, k0, kn, b, n);
+        else
+          e::pack_a<kRowA>(shared + b * e::slab_pairs(kn), A, lda, b, n, k0, kn);
+      },
+      [&](const std::uint32_t* shared, std::int64_t k0, std::int64_t kn, std::int64_t b, std::int64_t n, float* pack) {
+        if (rows)
+          e::gemm_slab_rows<kRowA>(b, n, N, k0, kn, A, lda, shared, C, ldc, accumulate || k0 > 0, alpha, pack);
+        else
+          e::gemm_slab_columns<kRowB>(b, n, M, k0, kn, shared, B, ldb, C, ldc, accumulate || k0 > 0, alpha, pack);
+      });
+}
+#endif
+
+#if defined(NORMLAB_HAVE_BF16GEMM_AMX)
+// The same on the tile unit, where packing is not quick beside the products at any size: pieces and
+// parts on its 32-row (or column) blocks.
+template <bool kRowA, bool kRowB, class TA, class TB>
+void amx_shared_gemm(std::int64_t M, std::int64_t N, std::int64_t K, const TA* A, std::int64_t lda, const TB* B,
+                     std::int64_t ldb, float* C, std::int64_t ldc, bool accumulate, float alpha) {
+  const bool rows = M >= N;
+  const std::int64_t len = rows ? M : N, width = rows ? N : M;
+  const std::int64_t step = piece_step(len, amx::kBlock);
+  const std::int64_t part = amx::round_up((width + 7) / 8, amx::kBlock);
+  const std::size_t words = std::size_t(amx::round_up(width, amx::kBlock) * amx::slab_pairs(std::min(K, amx::kKC)));
+  team_shared_product(
+      len, width, K, amx::kKC, step, part, words,
+      [&](std::uint32_t* shared, std::int64_t k0, std::int64_t kn, std::int64_t b, std::int64_t n) {
+        const std::int64_t kp = amx::slab_pairs(kn);
+        if (rows)
           amx::detail::pack_b<kRowB>(shared + b * kp, B, ldb, k0, kn, b, n, kp);
         else
           amx::detail::pack_a<kRowA>(shared + b * kp, A, lda, b, n, k0, kn, kp);
-      }
-#pragma omp for schedule(dynamic, 1)
-      for (std::int64_t p = 0; p < count; ++p) {
-        const std::int64_t b = p * step, n = std::min(step, len - b);
-        if (split_rows)
+      },
+      [&](const std::uint32_t* shared, std::int64_t k0, std::int64_t kn, std::int64_t b, std::int64_t n, float* pack) {
+        if (rows)
           amx::gemm_slab_rows<kRowA>(b, n, N, k0, kn, A, lda, shared, C, ldc, accumulate || k0 > 0, alpha, pack);
         else
           amx::gemm_slab_columns<kRowB>(b, n, M, k0, kn, shared, B, ldb, C, ldc, accumulate || k0 > 0, alpha, pack);
-      }
-    }
-  }
+      });
 }
 #endif
 
@@ -356,6 +400,13 @@ void bf16_product(std::int64_t M, std::int64_t N, std::int64_t K, const TA* A, s
 #if defined(NORMLAB_HAVE_BF16GEMM_AMX)
   if (amx::available()) return amx_shared_gemm<kRowA, kRowB>(M, N, K, A, lda, B, ldb, C, ldc, accumulate, alpha);
 #endif
+  // On AVX-512 BF16 the team's shared packing pays only where the pieces are many (each thread
+  // packed the other operand 3 or 4 times). Measured on an AMD EPYC Zen 5, 2 threads, medians of 4–5
+  // alternations (a noisy host: ±10%): 2048 × 4096 × 512 (8 pieces) 0.82× and 0.86× the time,
+  // 4096 × 512 × 2048 0.90× and 1.02×; 4 pieces 0.91–1.07×; 2 pieces up to 1.32× (256 × 256 × 2048:
+  // the slab read from the other core's cache, where each thread's own copy stayed in its L2).
+  if (std::max(M, N) >= 6 * 512)
+    return avx512_bf16_shared_gemm<kRowA, kRowB>(M, N, K, A, lda, B, ldb, C, ldc, accumulate, alpha);
   for_each_piece(M, N, [&](bool split_rows, std::int64_t b, std::int64_t n) {
     if (split_rows)
       serial_bf16_gemm<kRowA, kRowB, TA, TB>(n, N, K, kRowA ? A + b * lda : A + b, lda, B, ldb, C + b * ldc, ldc,
@@ -451,78 +502,6 @@ void gemm_bf16_stored(std::int64_t M, std::int64_t N, std::int64_t K, const TA* 
 }
 
 #endif
-
-// C(n,n) = alpha·G with G the Gram matrix X Xᵀ (X (n,k) row-major) or, when
-// `transposed`, XᵀX (X (k,n) row-major). G is symmetric, so the float32 engine
-// computes its upper block triangle only, in column panels of kGramPanel (each
-// panel the rows down to its diagonal block, largest panels first, handed out
-// dynamically), then mirrors it: (1 + kGramPanel/n)/2 of the full product's
-// multiply-adds. Element (i, j) is the dot product of the same two rows in the
-// same order as in the full product, and (j, i) the same products commuted, so C
-// has the full product's bits (its upper triangle's, mirrored, on the engines
-// that sum (i, j) and (j, i) differently) in either precision at alpha = 1 (with another
-// alpha and K past one slab, a tile's epilogue may fuse alpha·sum + C where
-// another's does not: one rounding). float64 (the oracle), the OpenBLAS and Eigen
-// engines and short products (k < n on one thread, k < 2n on several, or k ≤ 64)
-// run the full product.
-inline constexpr std::int64_t kGramPanel = 64;
-namespace detail {
-// C(n,n)'s lower triangle from its upper, in tiles (both sides stay in cache).
-template <class T>
-void mirror_upper(T* C, std::int64_t n) {
-  constexpr std::int64_t kTile = 32;
-  for (std::int64_t i0 = 0; i0 < n; i0 += kTile)
-    for (std::int64_t j0 = 0; j0 <= i0; j0 += kTile)
-      for (std::int64_t i = i0; i < std::min(n, i0 + kTile); ++i)
-        for (std::int64_t j = j0; j < std::min(i, j0 + kTile); ++j) C[i * n + j] = C[j * n + i];
-}
-}  // namespace detail
-template <class T>
-void gram(T* C, const T* X, std::int64_t n, std::int64_t k, bool transposed, T alpha = T(1)) {
-  // Only on normlab's own kernels, whose tiles do not move with the split: OpenBLAS
-  // blocks a panel otherwise than the whole product, so the bits would differ.
-#if defined(NORMLAB_HAVE_SGEMM_AVX512)
-  if constexpr (std::is_same_v<T, float>) {
-    // Panels above OpenBLAS's small-product threshold, so that they run on the
-    // same kernel as the full product would; and only where they pay (measured,
-    // AMD EPYC Zen 5, n = 256): on one thread from k = n on (k = 256: 28% faster
-    // in float32, 22% in bf16); over two threads, whose four panels balance less
-    // well than the full product's halves, from k = 2n (k = 768, 1024: 23–24% in
-    // float32, 7–10% in bf16; k = 256 level, or slower in bf16).
-    const bool serial = max_threads() == 1 || in_parallel();
-    if (n >= 2 * kGramPanel && k >= (serial ? n : 2 * n) &&
-        double(kGramPanel * kGramPanel) * double(k) > double(1 << 18)) {
-      const std::int64_t panels = (n + kGramPanel - 1) / kGramPanel;
-      auto panel = [&](std::int64_t j) {  // C[0, j0 + w) × [j0, j0 + w)
-        const std::int64_t j0 = j * kGramPanel, w = std::min(kGramPanel, n - j0), rows = j0 + w;
-        if (transposed)  // op(A)(i, l) = X[l][i], op(B)(l, c) = X[l][j0 + c]
-          detail::serial_sgemm<Eigen::ColMajor, Eigen::RowMajor>(rows, w, k, X, n, X + j0, n, C + j0, n, false, alpha);
-        else  // op(A)(i, l) = X[i][l], op(B)(l, c) = X[j0 + c][l]
-          detail::serial_sgemm<Eigen::RowMajor, Eigen::ColMajor>(rows, w, k, X, k, X + j0 * k, k, C + j0, n, false,
-                                                                 alpha);
-      };
-      if (serial) {
-        for (std::int64_t q = 0; q < panels; ++q) panel(panels - 1 - q);
-      } else {
-#pragma omp parallel
-        {
-          detail::reserve_serial_sgemm_scratch();
-#pragma omp for schedule(dynamic, 1)
-          for (std::int64_t q = 0; q < panels; ++q) panel(panels - 1 - q);
-        }
-      }
-      detail::mirror_upper(C, n);
-      return;
-    }
-  }
-#endif
-  if (transposed)
-    gemm<T, Eigen::ColMajor, Eigen::RowMajor>(n, n, k, X, n, X, n, C, n, false, alpha);
-  else
-    gemm<T, Eigen::RowMajor, Eigen::ColMajor>(n, n, k, X, k, X, k, C, n, false, alpha);
-  // Other engines need not sum (i, j) and (j, i) alike: C is symmetric exactly all the same.
-  detail::mirror_upper(C, n);
-}
 
 // ---------------------------------------------------------------- GEMMs
 // Y(N,out) = X(N,in) Wᵀ  (or += when accumulate). Wᵀ is W read column-major: no transposed copy.

@@ -2,6 +2,7 @@
 // CPU backend: the model's leaf ops on OpenMP, one header per op family:
 //   primitives.hpp  threading, deterministic row and column sums, Eigen maps, scratch
 //   gemm.hpp        cpu::gemm and the linear layers
+//   gram.hpp        cpu::gram: X Xᵀ from its upper triangle
 //   norms.hpp       RMSNorm, row L2 norms, RoPE, the fused QK pass, per-column scales
 //   attention.hpp   blocked causal attention, decoding, probabilities, grouped-query kv
 //   mlp.hpp         pointwise activations, SwiGLU and scaled SwiGLU
@@ -22,6 +23,7 @@
 #include "normlab/backend/cpu/attention.hpp"
 #include "normlab/backend/cpu/bf16_storage.hpp"
 #include "normlab/backend/cpu/gemm.hpp"
+#include "normlab/backend/cpu/gram.hpp"
 #include "normlab/backend/cpu/mlp.hpp"
 #include "normlab/backend/cpu/norms.hpp"
 #include "normlab/backend/cpu/primitives.hpp"
