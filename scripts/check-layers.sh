@@ -19,10 +19,10 @@ set -euo pipefail
 root=${1:-"$(dirname "$0")/../include/normlab"}
 cd "$root"
 backends=" cpu cuda "
-rank() {  # rank of a top-level folder
+rank() {  # rank=<rank of the top-level folder $1> (a variable, not a subshell: one fork per include line made the check take seconds)
   case $1 in
-    core) echo 0 ;; tensor | io) echo 1 ;; backend) echo 2 ;; nn | dist) echo 3 ;;
-    model) echo 4 ;; optim) echo 5 ;; train) echo 6 ;; diag) echo 7 ;; *) echo 99 ;;
+    core) rank=0 ;; tensor | io) rank=1 ;; backend) rank=2 ;; nn | dist) rank=3 ;;
+    model) rank=4 ;; optim) rank=5 ;; train) rank=6 ;; diag) rank=7 ;; *) rank=99 ;;
   esac
 }
 generic() { case $1 in nn | dist | model | optim) return 0 ;; *) return 1 ;; esac; }
@@ -34,7 +34,8 @@ while IFS= read -r line; do
   rest=${file#*/}
   own_sub=""  # the sub-folder of the including file (cpu, cuda, …), if any
   [[ $rest == */* ]] && own_sub=${rest%%/*}
-  path=$(sed -E 's/.*#include "normlab\/([^"]+)".*/\1/' <<<"$line")
+  [[ $line =~ \#include\ \"normlab/([^\"]+)\" ]] || continue
+  path=${BASH_REMATCH[1]}
   inc=${path%%/*}
   inc_rest=${path#*/}
   inc_sub=""
@@ -51,7 +52,10 @@ while IFS= read -r line; do
     fi
   fi
   [ "$inc" = "$own" ] && continue
-  ro=$(rank "$own") ri=$(rank "$inc")
+  rank "$own"
+  ro=$rank
+  rank "$inc"
+  ri=$rank
   if [ "$ro" = 99 ] || [ "$ri" = 99 ] || [ "$ri" -ge "$ro" ]; then
     echo "layering: $line ($own includes $inc)"
     bad=1
