@@ -265,10 +265,13 @@ void serial_sgemm(std::int64_t M, std::int64_t N, std::int64_t K, const float* A
 #endif
 }
 
+// x rounded up to a whole multiple of m.
+inline std::int64_t round_up(std::int64_t x, std::int64_t m) { return (x + m - 1) / m * m; }
+
 // A piece's length: len in 2 to 8 pieces of about 512, rounded up to whole multiples of `quantum`.
 inline std::int64_t piece_step(std::int64_t len, std::int64_t quantum) {
   const std::int64_t pieces = std::clamp<std::int64_t>(len / 512, 2, 8);
-  return ((len + pieces - 1) / pieces + quantum - 1) / quantum * quantum;
+  return round_up((len + pieces - 1) / pieces, quantum);
 }
 
 // A large product's C in fixed pieces along its longer side, handed out dynamically to the OpenMP
@@ -342,15 +345,16 @@ void avx512_bf16_shared_gemm(std::int64_t M, std::int64_t N, std::int64_t K, con
   const std::int64_t len = rows ? M : N, width = rows ? N : M, kp = e::slab_pairs(std::min(K, avx512::kKC));
   const std::int64_t step = piece_step(len, rows ? avx512::kMR : avx512::kNR);
   const std::int64_t part_quantum = rows ? avx512::kNR : avx512::kMR;
-  const std::int64_t part = ((width + 7) / 8 + part_quantum - 1) / part_quantum * part_quantum;
-  const std::size_t words = std::size_t((width + part_quantum - 1) / part_quantum * part_quantum * kp);
+  const std::int64_t part = round_up((width + 7) / 8, part_quantum);
+  const std::size_t words = std::size_t(round_up(width, part_quantum) * kp);
   team_shared_product(
       len, width, K, avx512::kKC, step, part, words,
       [&](std::uint32_t* shared, std::int64_t k0, std::int64_t kn, std::int64_t b, std::int64_t n) {
+        std::uint32_t* dst = shared + b * e::slab_pairs(kn);
         if (rows)
-          e::pack_b<kRowB>(shared + b * e::slab_pairs(kn), B, ldb, k0, kn, b, n);
+          e::pack_b<kRowB>(dst, B, ldb, k0, kn, b, n);
         else
-          e::pack_a<kRowA>(shared + b * e::slab_pairs(kn), A, lda, b, n, k0, kn);
+          e::pack_a<kRowA>(dst, A, lda, b, n, k0, kn);
       },
       [&](const std::uint32_t* shared, std::int64_t k0, std::int64_t kn, std::int64_t b, std::int64_t n, float* pack) {
         if (rows)
@@ -370,8 +374,8 @@ void amx_shared_gemm(std::int64_t M, std::int64_t N, std::int64_t K, const TA* A
   const bool rows = M >= N;
   const std::int64_t len = rows ? M : N, width = rows ? N : M;
   const std::int64_t step = piece_step(len, amx::kBlock);
-  const std::int64_t part = amx::round_up((width + 7) / 8, amx::kBlock);
-  const std::size_t words = std::size_t(amx::round_up(width, amx::kBlock) * amx::slab_pairs(std::min(K, amx::kKC)));
+  const std::int64_t part = round_up((width + 7) / 8, amx::kBlock);
+  const std::size_t words = std::size_t(round_up(width, amx::kBlock) * amx::slab_pairs(std::min(K, amx::kKC)));
   team_shared_product(
       len, width, K, amx::kKC, step, part, words,
       [&](std::uint32_t* shared, std::int64_t k0, std::int64_t kn, std::int64_t b, std::int64_t n) {
