@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -229,6 +230,43 @@ inline std::optional<int> apply_raw_flags(const RawTrainFlags& raw, TrainOptions
   return std::nullopt;
 }
 
+// A flag given for a built-in optimizer or schedule that does not read it
+// (--momentum under AdamW, --eps under Lion, --decay-frac under cosine) would
+// otherwise be dropped without a word. A user's optimizer or schedule may read
+// any of them, so those are left alone. Returns 2 after printing the sentence.
+inline std::optional<int> refuse_unread_flags(const CLI::App& app, const TrainOptions& o) {
+  struct Reader {
+    const char* flag;
+    std::vector<std::string> readers;
+  };
+  const std::vector<Reader> optimizer_flags = {
+      {"--beta1", {"adamw", "lion", "muon"}},  {"--beta2", {"adamw", "lion", "muon"}},
+      {"--eps", {"adamw", "muon"}},            {"--momentum", {"muon"}},
+      {"--ns-steps", {"muon"}},                {"--ns-precision", {"muon"}},
+      {"--nesterov", {"muon"}},                {"--muon-lr", {"muon"}}};
+  const std::vector<Reader> schedule_flags = {{"--decay-frac", {"wsd"}},
+                                              {"--decay-shape", {"wsd"}},
+                                              {"--warmup", {"cosine", "warmup_cosine", "wsd"}},
+                                              {"--min-lr", {"cosine", "warmup_cosine", "wsd"}}};
+  const auto check = [&](const std::vector<Reader>& table, const std::string& chosen, const char* what,
+                         const std::vector<std::string>& builtins) -> std::optional<int> {
+    if (std::find(builtins.begin(), builtins.end(), chosen) == builtins.end()) return std::nullopt;
+    for (const Reader& r : table) {
+      if (app.count(r.flag) == 0 || std::find(r.readers.begin(), r.readers.end(), chosen) != r.readers.end())
+        continue;
+      std::string readers;
+      for (const std::string& n : r.readers)
+        if (n != "warmup_cosine") readers += (readers.empty() ? "" : ", ") + n;
+      std::fprintf(stderr, "%s: the %s '%s' does not read it (read by: %s); leave it out or choose another %s\n",
+                   r.flag, what, chosen.c_str(), readers.c_str(), what);
+      return 2;
+    }
+    return std::nullopt;
+  };
+  if (const auto rc = check(optimizer_flags, o.optimizer, "optimizer", {"adamw", "lion", "muon"})) return rc;
+  return check(schedule_flags, o.schedule, "schedule", {"constant", "cosine", "warmup_cosine", "wsd"});
+}
+
 }  // namespace detail
 
 // The command line of every train-<variant>. Returns an exit code when the
@@ -248,6 +286,7 @@ inline std::optional<int> parse_train_command(int argc, const char* const* argv,
   CLI::Option* sample = detail::add_sample_flags(app, cmd.sample);
   if (const auto rc = normlab::cli::parse(app, argc, argv)) return rc;
   if (const auto rc = detail::apply_raw_flags(raw, cmd.train)) return rc;
+  if (const auto rc = detail::refuse_unread_flags(app, cmd.train)) return rc;
   cmd.sampling = static_cast<bool>(*sample);
   if (cmd.sampling) cmd.sample.seed = cmd.train.seed;
   return std::nullopt;
