@@ -30,6 +30,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "normlab/core/precision.hpp"
 
@@ -154,6 +155,17 @@ NORMLAB_BF16_TARGET inline void micro_kernel(std::int64_t kp, const std::uint32_
   }
 }
 
+// vpermt2w's word indices that interleave two rows of 32 bf16 (the second
+// source's words are 32..63) into 16 pair words each: columns 0..15, 16..31.
+struct InterleaveIndex {
+  alignas(64) std::uint16_t w[2][32];
+  constexpr InterleaveIndex() : w{} {
+    for (int h = 0; h < 2; ++h)
+      for (int i = 0; i < 32; ++i) w[h][i] = std::uint16_t(16 * h + i / 2 + (i % 2 ? 32 : 0));
+  }
+};
+inline constexpr InterleaveIndex kInterleaveRows{};
+
 // Pair words from either kind of source: a float32 operand, rounded here, or
 // one kept in bf16 (rounded by round_to_bf16 with the same instruction), so a
 // panel holds the same bits either way and each packing is one loop.
@@ -230,12 +242,28 @@ NORMLAB_BF16_TARGET inline void pack_b(std::uint32_t* dst, const TB* B, std::int
   const std::int64_t kp = (kn + 1) / 2;
   if constexpr (kRowB) {
     // Stored along N: rows k and k+1 read once, contiguously, into every panel.
+    // From bf16, a whole panel's two rows interleave with one two-source word
+    // permute per 16 pairs (halfword 2i from row k, 2i+1 from row k+1: the
+    // words pair_words makes), instead of widening and shifting each half.
+    [[maybe_unused]] __m512i first_half, second_half;
+    if constexpr (std::is_same_v<TB, bfloat16>) {
+      first_half = _mm512_load_si512(kInterleaveRows.w[0]);
+      second_half = _mm512_load_si512(kInterleaveRows.w[1]);
+    }
     for (std::int64_t q = 0; q < kp; ++q) {
       const TB* s0 = B + (k0 + 2 * q) * ldb + j0;
       const TB* s1 = 2 * q + 1 < kn ? s0 + ldb : nullptr;
       for (std::int64_t c = 0; c < n; c += kNR) {
         const int nv = int(std::min<std::int64_t>(kNR, n - c));
         std::uint32_t* d = dst + c * kp + q * kNR;
+        if constexpr (std::is_same_v<TB, bfloat16>) {
+          if (nv == kNR && s1) {
+            const __m512i lo = _mm512_loadu_si512(s0 + c), hi = _mm512_loadu_si512(s1 + c);
+            _mm512_store_si512(d, _mm512_permutex2var_epi16(lo, first_half, hi));
+            _mm512_store_si512(d + 16, _mm512_permutex2var_epi16(lo, second_half, hi));
+            continue;
+          }
+        }
         for (int h = 0; h < 2; ++h)
           _mm512_store_si512(d + 16 * h, pair_words(s0 + c + 16 * h, s1 ? s1 + c + 16 * h : nullptr,
                                                     detail::low_lanes(nv - 16 * h)));
