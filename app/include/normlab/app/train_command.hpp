@@ -246,8 +246,8 @@ inline std::optional<int> refuse_unread_flags(const CLI::App& app, const TrainOp
       {"--nesterov", {"muon"}},                {"--muon-lr", {"muon"}}};
   const std::vector<Reader> schedule_flags = {{"--decay-frac", {"wsd"}},
                                               {"--decay-shape", {"wsd"}},
-                                              {"--warmup", {"cosine", "warmup_cosine", "wsd"}},
-                                              {"--min-lr", {"cosine", "warmup_cosine", "wsd"}}};
+                                              {"--warmup", {"cosine", "wsd"}},
+                                              {"--min-lr", {"cosine", "wsd"}}};
   const auto check = [&](const std::vector<Reader>& table, const std::string& chosen, const char* what,
                          const std::vector<std::string>& builtins) -> std::optional<int> {
     if (std::find(builtins.begin(), builtins.end(), chosen) == builtins.end()) return std::nullopt;
@@ -255,8 +255,7 @@ inline std::optional<int> refuse_unread_flags(const CLI::App& app, const TrainOp
       if (app.count(r.flag) == 0 || std::find(r.readers.begin(), r.readers.end(), chosen) != r.readers.end())
         continue;
       std::string readers;
-      for (const std::string& n : r.readers)
-        if (n != "warmup_cosine") readers += (readers.empty() ? "" : ", ") + n;
+      for (const std::string& n : r.readers) readers += (readers.empty() ? "" : ", ") + n;
       std::fprintf(stderr, "%s: the %s '%s' does not read it (read by: %s); leave it out or choose another %s\n",
                    r.flag, what, chosen.c_str(), readers.c_str(), what);
       return 2;
@@ -264,7 +263,8 @@ inline std::optional<int> refuse_unread_flags(const CLI::App& app, const TrainOp
     return std::nullopt;
   };
   if (const auto rc = check(optimizer_flags, o.optimizer, "optimizer", {"adamw", "lion", "muon"})) return rc;
-  return check(schedule_flags, o.schedule, "schedule", {"constant", "cosine", "warmup_cosine", "wsd"});
+  // --schedule's validator admits these three and the registered user schedules.
+  return check(schedule_flags, o.schedule, "schedule", {"constant", "cosine", "wsd"});
 }
 
 }  // namespace detail
