@@ -3,8 +3,8 @@
 # that builds against it (-DSHARED_PREFIX=WORK_DIR/prefix). It installs this build
 # tree (BINARY_DIR), as a user who built normlab runs `cmake --install`: the
 # libraries are the ones the test command already compiled, not compiled again.
-# (The consumer test and the stand-alone examples still install from a fresh
-# configure of the sources, headers only: install_normlab.cmake.)
+# (The consumer test still installs from a fresh configure of the sources,
+# headers only: install_normlab.cmake.)
 file(REMOVE_RECURSE ${WORK_DIR})
 include(${CMAKE_CURRENT_LIST_DIR}/run_checked.cmake)
 run(${CMAKE_COMMAND} --install ${BINARY_DIR} --prefix ${WORK_DIR}/prefix)

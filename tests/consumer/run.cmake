@@ -1,11 +1,17 @@
-# Install normlab from SOURCE_DIR into a scratch prefix (headers only), then
-# configure, build and run against it the consumer project (the install test)
-# or, with -DEXAMPLES=ON, examples/ (the stand-alone examples test). Any
-# failure fails the test.
+# Configure, build and run against an installed normlab the consumer project
+# (the install test: normlab installed from SOURCE_DIR headers only, so this is
+# the header-only mode's check) or, with -DEXAMPLES=ON, examples/ (the
+# stand-alone examples test: against the package with its compiled parts, the
+# example tests' shared install SHARED_PREFIX where the tools are built, as the
+# examples' CMakeLists recommends). Any failure fails the test.
 file(REMOVE_RECURSE ${WORK_DIR})
 include(${CMAKE_CURRENT_LIST_DIR}/../run_checked.cmake)
 include(${CMAKE_CURRENT_LIST_DIR}/../install_normlab.cmake)
-install_normlab(OFF)
+if(EXAMPLES)
+  install_normlab(ON)
+else()
+  install_normlab(OFF)
+endif()
 if(NOT EXAMPLES)
   run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/consumer -B ${WORK_DIR}/consumer-build -G ${GENERATOR}
       -DCMAKE_PREFIX_PATH=${NORMLAB_PREFIX} -DCMAKE_BUILD_TYPE=Release)
