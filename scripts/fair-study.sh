@@ -13,6 +13,8 @@
 #                                          #   (fp32 runs shared from main and others; gpt_qknorm's seeds 2, 3 added)
 #   bash scripts/fair-study.sh precision-v2  # precision again, both arms on one machine, with today's bf16
 #                                          #   method: precision_v2.md
+#   bash scripts/fair-study.sh precision-v3  # gpt and ngpt, the two that missed a bar in precision-v2, with 5
+#                                          #   seeds per arm, both arms on one machine: precision_v3.md
 #   bash scripts/fair-study.sh conditioning  # normlab-diagnose --compare on main's checkpoints (seed 1)
 #   bash scripts/fair-study.sh conditioning-v2  # main-v2's seed-1 runs again, a checkpoint kept every 20% of
 #                                          #   training, each diagnosed with the embeddings counted over the tokens
@@ -43,7 +45,7 @@
 # DIR does not exist yet), so that rebuilding build/ meanwhile cannot touch a running study.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PIECE=${1:?"usage: bash scripts/fair-study.sh main|others|context|precision|precision-v2|conditioning|conditioning-v2|main-v2|budgets|cross|bpe|optimizers|timing|archive|restore"}
+PIECE=${1:?"usage: bash scripts/fair-study.sh main|others|context|precision|precision-v2|precision-v3|conditioning|conditioning-v2|main-v2|budgets|cross|bpe|optimizers|timing|archive|restore"}
 ROOT=runs/fair
 ARCHIVE=studies/fair
 # What a study keeps of a run for its report and a resumed study: the records, not the checkpoints.
@@ -143,24 +145,29 @@ case $PIECE in
       # shellcheck disable=SC2046
       ablate --variants gpt,ngpt,angpt --seeds 1 --lrs "$lrs" --out "$ROOT/ctx$T" -- $(flags "$T")
     done ;;
-  precision|precision-v2)
+  precision|precision-v2|precision-v3)
     # precision-v2: both arms again, on one machine, with today's bf16 method (nothing shared).
-    sfx=; [ "$PIECE" = precision-v2 ] && sfx=_v2
+    # precision-v3: gpt and ngpt only (precision-v2's gpt mean fell 0.57% below fp32's, ngpt's
+    # outside fp32's seed range), 5 seeds per arm, both arms on one machine.
+    sfx=; V=gpt,gpt_qknorm,ngpt,angpt; seeds=1,2,3
+    [ "$PIECE" = precision-v2 ] && sfx=_v2
+    [ "$PIECE" = precision-v3 ] && sfx=_v3 V=gpt,ngpt seeds=1,2,3,4,5
     for p in main others; do
       [ -f "$ROOT/$p/sweep.json" ] || { echo "fair-study: run '$p' first (its learning rates and fp32 runs are used)" >&2; exit 2; }
     done
     lrs=$(lrs_of "$ROOT/main" gpt,ngpt,angpt),$(lrs_of "$ROOT/others" gpt_qknorm)
+    [ "$PIECE" = precision-v3 ] && lrs=$(lrs_of "$ROOT/main" "$V")
     if [ -z "$sfx" ]; then
       for v in gpt ngpt angpt; do for s in 1 2 3; do share "$ROOT/main" "$ROOT/precision_fp32" $v $s; done; done
       share "$ROOT/others" "$ROOT/precision_fp32" gpt_qknorm 1
     fi
     for p in fp32 bf16; do
       # shellcheck disable=SC2046
-      TIMING_ROUNDS=0 ablate --variants gpt,gpt_qknorm,ngpt,angpt --seeds 1,2,3 --lrs "$lrs" \
+      TIMING_ROUNDS=0 ablate --variants "$V" --seeds "$seeds" --lrs "$lrs" \
         --out "$ROOT/precision_$p$sfx" -- $(flags 256) --precision $p
     done
     /usr/bin/env python3 scripts/precision-table.py "$ROOT/precision_fp32$sfx" "$ROOT/precision_bf16$sfx" \
-      gpt,gpt_qknorm,ngpt,angpt 1,2,3 > "$ROOT/precision$sfx.md"
+      "$V" "$seeds" > "$ROOT/precision$sfx.md"
     cat "$ROOT/precision$sfx.md" ;;
   conditioning)
     d=$ROOT/main
@@ -263,5 +270,5 @@ PY
       eval "ablate --out $ROOT/$p $(cat "$ROOT/$p/.rerun")" > /dev/null
       echo "fair-study: timed $p"
     done ;;
-  *) echo "fair-study: unknown piece '$PIECE' (main, others, context, precision, precision-v2, conditioning, conditioning-v2, main-v2, budgets, cross, bpe, optimizers, timing, archive, restore)" >&2; exit 2 ;;
+  *) echo "fair-study: unknown piece '$PIECE' (main, others, context, precision, precision-v2, precision-v3, conditioning, conditioning-v2, main-v2, budgets, cross, bpe, optimizers, timing, archive, restore)" >&2; exit 2 ;;
 esac
