@@ -7,18 +7,15 @@
 file(REMOVE_RECURSE ${WORK_DIR})
 include(${CMAKE_CURRENT_LIST_DIR}/../run_checked.cmake)
 include(${CMAKE_CURRENT_LIST_DIR}/../install_normlab.cmake)
-if(EXAMPLES)
-  install_normlab(ON)
-else()
-  install_normlab(OFF)
-endif()
 if(NOT EXAMPLES)
+  install_normlab(OFF)
   run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/consumer -B ${WORK_DIR}/consumer-build -G ${GENERATOR}
       -DCMAKE_PREFIX_PATH=${NORMLAB_PREFIX} -DCMAKE_BUILD_TYPE=Release)
   run(${CMAKE_COMMAND} --build ${WORK_DIR}/consumer-build)
   run(${WORK_DIR}/consumer-build/consumer)
   message(STATUS "consumer built and ran against the installed normlab")
 else()
+  install_normlab(ON)
   # examples/ copied out of the tree, as a user would, and built against the package.
   file(COPY ${SOURCE_DIR}/examples/ DESTINATION ${WORK_DIR}/examples-copy)
   # Warnings are errors here: the test command builds the examples only here, not
